@@ -1,0 +1,142 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* hora: the stable C ABI. Compiles as C99 and as C++. Tensors are DLPack DLTensors. */
+#ifndef HORA_HORA_H_
+#define HORA_HORA_H_
+
+#include <stdint.h>
+#include <dlpack/dlpack.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define HORA_API
+#else
+#define HORA_API __attribute__((visibility("default")))
+#endif
+
+/* Every call returns one of these. Blast radius: INVALID_ARGUMENT, DUPLICATE_NAME, MISMATCH and
+   UNSUPPORTED fail one op and the runtime stays usable; PEER_LOST, BACKEND and INTERNAL poison the
+   runtime (shut it down and init again); SHUT_DOWN means the runtime is no longer running. */
+typedef enum {
+  HORA_SUCCESS = 0,
+  HORA_ERR_INVALID_ARGUMENT = 1, /* caller error; nothing was enqueued                       */
+  HORA_ERR_NOT_INITIALIZED  = 2,
+  HORA_ERR_DUPLICATE_NAME   = 3, /* a request of that name is already in flight on this rank */
+  HORA_ERR_MISMATCH         = 4, /* ranks disagree on dtype/shape/op/root/scale/device; this
+                                    op failed on every rank, the runtime stays usable       */
+  HORA_ERR_UNSUPPORTED      = 5, /* e.g. a CUDA tensor without NCCL, AVERAGE on an int dtype */
+  HORA_ERR_TIMEOUT          = 6,
+  HORA_ERR_PEER_LOST        = 7, /* a rank died or left; the runtime is poisoned            */
+  HORA_ERR_BACKEND          = 8, /* MPI, Gloo, NCCL or CUDA reported an error                 */
+  HORA_ERR_SHUT_DOWN        = 9, /* the runtime shut down before the op finished            */
+  HORA_ERR_INTERNAL         = 10
+} hora_status_t;
+
+typedef enum {
+  HORA_OP_SUM = 0,
+  HORA_OP_AVERAGE,
+  HORA_OP_MIN,
+  HORA_OP_MAX,
+  HORA_OP_PRODUCT
+} hora_reduce_op_t;
+
+/* One in-flight collective. Owned by the caller from a successful *_async call until
+   hora_request_free. */
+typedef struct hora_request *hora_request_t;
+
+/* Forms the world (MPI launcher, env:// variables, Slurm, or a world of one; HORA_BOOTSTRAP
+   overrides) and starts the engine thread. Blocks until the engine reports its init status and
+   returns that status. On a running runtime: returns HORA_SUCCESS and does nothing. */
+HORA_API hora_status_t hora_init(void);
+/* Stops the engine: every pending request completes with HORA_ERR_SHUT_DOWN. Collective: every
+   rank should call it. Finalizes MPI only if hora initialized it, and only at process exit, so
+   hora_init may start a new runtime afterwards. Returns HORA_ERR_NOT_INITIALIZED if not running. */
+HORA_API hora_status_t hora_shutdown(void);
+/* 1 while the runtime runs, else 0. */
+HORA_API int hora_is_initialized(void);
+/* Topology of the world. -1 when not initialized. local = same host; cross = ranks with the same
+   local rank across hosts. */
+HORA_API int hora_rank(void);
+HORA_API int hora_size(void);
+HORA_API int hora_local_rank(void);
+HORA_API int hora_local_size(void);
+HORA_API int hora_cross_rank(void);
+HORA_API int hora_cross_size(void);
+
+/* name: matching key across ranks; NULL = auto-named by call order within the process set.
+   input/output: DLTensor, contiguous (strides NULL or compact), CPU (kDLCPU) or CUDA (kDLCUDA);
+   output may be input (in place). process_set: 0 = all ranks.
+   The tensors' memory must stay valid and untouched until the request completes. Non-blocking:
+   on success *request_p is a new request; on failure nothing was enqueued. */
+HORA_API hora_status_t hora_allreduce_async(const char *name, const DLTensor *input,
+                                            DLTensor *output, hora_reduce_op_t op,
+                                            double prescale, double postscale,
+                                            int32_t process_set, hora_request_t *request_p);
+/* n tensors negotiated, fused and completed as one unit; one request for all of them. */
+HORA_API hora_status_t hora_grouped_allreduce_async(const char *name, int n,
+                                                    const DLTensor *inputs, DLTensor *outputs,
+                                                    hora_reduce_op_t op, double prescale,
+                                                    double postscale, int32_t process_set,
+                                                    hora_request_t *request_p);
+/* In place: root's tensor is copied into every other rank's tensor. root is a rank of the
+   process set (its rank within the set). */
+HORA_API hora_status_t hora_broadcast_async(const char *name, DLTensor *tensor, int root,
+                                            int32_t process_set, hora_request_t *request_p);
+/* output shape: first dimension = sum over ranks; other dimensions must agree.
+   The output is allocated by hora and read with hora_request_output after hora_wait. */
+HORA_API hora_status_t hora_allgather_async(const char *name, const DLTensor *input,
+                                            int32_t process_set, hora_request_t *request_p);
+/* splits[i] = rows of input's first dimension sent to rank i (within the process set);
+   NULL = even split, and the first dimension must then divide by the set's size */
+HORA_API hora_status_t hora_alltoall_async(const char *name, const DLTensor *input,
+                                           const int64_t *splits, int32_t process_set,
+                                           hora_request_t *request_p);
+/* rank i receives the i-th block of the first dimension: rows / size rows each, and the first
+   (rows % size) ranks one row more */
+HORA_API hora_status_t hora_reducescatter_async(const char *name, const DLTensor *input,
+                                                hora_reduce_op_t op, int32_t process_set,
+                                                hora_request_t *request_p);
+/* Blocks until every rank of the process set has called it. */
+HORA_API hora_status_t hora_barrier(int32_t process_set);
+/* join: this rank has no more data; ops of others complete with zeros as its contribution.
+   Blocks until every rank of the set has joined; *last_joined_rank_p (may be NULL) gets the
+   last rank to join. */
+HORA_API hora_status_t hora_join(int32_t process_set, int *last_joined_rank_p);
+
+/* Never blocks: *done_p = 1 once the request has completed (successfully or not). */
+HORA_API hora_status_t hora_poll(hora_request_t request, int *done_p);
+/* Blocks until the request completes; returns the op's own status (hora_last_error says why). */
+HORA_API hora_status_t hora_wait(hora_request_t request);
+/* after a successful wait: output of allgather / alltoall / reducescatter, owned by the request */
+HORA_API const DLTensor *hora_request_output(hora_request_t request);
+/* alltoall only: rows received from each rank of the set, owned by the request */
+HORA_API const int64_t *hora_request_received_splits(hora_request_t request);
+/* Releases the request and whatever it owns. A request still in flight is released once it
+   completes (its tensors must then stay valid until then). NULL is ignored. */
+HORA_API void hora_request_free(hora_request_t request);
+
+/* Collective over the world: every rank calls it with the same ranks. Returns the set's id;
+   creating a set that exists returns its id. */
+HORA_API hora_status_t hora_process_set_create(const int *ranks, int nranks, int32_t *id_p);
+HORA_API hora_status_t hora_process_set_destroy(int32_t id);
+/* This rank's rank within the set and the set's size; -1 if unknown or not a member. */
+HORA_API int hora_process_set_rank(int32_t id);
+HORA_API int hora_process_set_size(int32_t id);
+
+/* Chrome-trace JSON timeline of every op, written by this process. */
+HORA_API hora_status_t hora_timeline_start(const char *path);
+HORA_API hora_status_t hora_timeline_stop(void);
+
+/* Static string naming the status class, e.g. "invalid argument". */
+HORA_API const char *hora_status_string(hora_status_t status);
+/* thread-local: why the last failed call on this thread failed ("" if none). Valid until the next
+   hora call on this thread. */
+HORA_API const char *hora_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* HORA_HORA_H_ */

@@ -1,0 +1,488 @@
+// SPDX-License-Identifier: Apache-2.0
+// The C ABI: argument checking, exceptions in, status codes and a thread-local last error out.
+#include <hora/hora.h>
+
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <new>
+
+#include "base/error.h"
+#include "base/knobs.h"
+#include "base/logging.h"
+#include "core/engine.h"
+
+struct hora_request {
+  hora::RequestPtr impl;
+};
+
+namespace hora {
+namespace {
+
+thread_local std::string tLastError;
+
+// The running runtime. gLifecycle serializes init and shutdown; gEngineMutex guards the pointer
+// itself so submitting threads can take a reference without waiting for a slow init/shutdown.
+std::mutex gLifecycle;
+std::mutex gEngineMutex;
+std::shared_ptr<Engine> gEngine;
+// Auto-names: per (process set, op) call counters, reset with each runtime.
+std::mutex gNamesMutex;
+std::map<std::pair<int32_t, int>, uint64_t> gAutoNames;
+
+std::shared_ptr<Engine> currentEngine() {
+  std::lock_guard<std::mutex> lock(gEngineMutex);
+  return gEngine;
+}
+
+std::shared_ptr<Engine> requireEngine(const char *call) {
+  std::shared_ptr<Engine> engine = currentEngine();
+  if (!engine) HORA_THROW(HORA_ERR_NOT_INITIALIZED, call, ": hora_init has not been called");
+  return engine;
+}
+
+template <typename F>
+hora_status_t guarded(F &&body) {
+  try {
+    body();
+    return HORA_SUCCESS;
+  } catch (const Error &e) {
+    tLastError = e.message();
+    return e.status();
+  } catch (const std::bad_alloc &) {
+    tLastError = "out of memory";
+    return HORA_ERR_INTERNAL;
+  } catch (const std::exception &e) {
+    tLastError = std::string("internal error: ") + e.what();
+    return HORA_ERR_INTERNAL;
+  }
+}
+
+constexpr int kMaxNdim = 64;
+constexpr size_t kMaxNameBytes = 4096;
+
+bool dtypeFromDl(DLDataType t, DType *out) {
+  if (t.lanes != 1) return false;
+  switch (t.code) {
+    case kDLUInt:
+      if (t.bits == 8) { *out = DType::kUInt8; return true; }
+      return false;
+    case kDLInt:
+      if (t.bits == 8) { *out = DType::kInt8; return true; }
+      if (t.bits == 32) { *out = DType::kInt32; return true; }
+      if (t.bits == 64) { *out = DType::kInt64; return true; }
+      return false;
+    case kDLFloat:
+      if (t.bits == 16) { *out = DType::kFloat16; return true; }
+      if (t.bits == 32) { *out = DType::kFloat32; return true; }
+      if (t.bits == 64) { *out = DType::kFloat64; return true; }
+      return false;
+    case kDLBfloat:
+      if (t.bits == 16) { *out = DType::kBFloat16; return true; }
+      return false;
+    default: return false;
+  }
+}
+
+// What every op needs to know about the call for its messages.
+struct Call {
+  OpType op;
+  std::string name;
+  int32_t processSet;
+  std::string where() const { return detail::concat(opTypeName(op), " '", name, "'"); }
+};
+
+struct Parsed {
+  DType dtype;
+  Device device;
+  Shape shape;
+  int64_t numel = 0;
+  void *data = nullptr;
+};
+
+Parsed parseTensor(const Call &call, const char *role, const DLTensor *t) {
+  auto bad = [&](auto &&...why) {
+    HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call.where(), ": ", role, ": ", why...);
+  };
+  if (t == nullptr) bad("is NULL");
+  if (t->ndim < 0 || t->ndim > kMaxNdim) bad("ndim ", t->ndim, " is outside [0, ", kMaxNdim, "]");
+  if (t->ndim > 0 && t->shape == nullptr) bad("shape is NULL with ndim ", t->ndim);
+  Parsed p;
+  if (!dtypeFromDl(t->dtype, &p.dtype)) {
+    bad("dtype (code ", int(t->dtype.code), ", bits ", int(t->dtype.bits), ", lanes ",
+        t->dtype.lanes,
+        ") is not supported; hora supports uint8, int8, int32, int64, float16, bfloat16, "
+        "float32 and float64 with lanes 1");
+  }
+  const int64_t esize = static_cast<int64_t>(dtypeSize(p.dtype));
+  p.numel = 1;
+  for (int d = 0; d < t->ndim; ++d) {
+    const int64_t dim = t->shape[d];
+    if (dim < 0) bad("dimension ", d, " is negative (", dim, ")");
+    int64_t next;
+    if (__builtin_mul_overflow(p.numel, dim, &next) || next > (INT64_MAX / 2) / esize) {
+      bad("shape overflows: more than ", (INT64_MAX / 2) / esize, " elements");
+    }
+    p.numel = next;
+    p.shape.push_back(dim);
+  }
+  if (t->strides != nullptr) {
+    int64_t expected = 1;
+    for (int d = t->ndim - 1; d >= 0; --d) {
+      // A dimension of extent 1 may carry any stride (frameworks do that); it moves nothing.
+      if (t->shape[d] != 1 && t->strides[d] != expected) {
+        bad("is not contiguous (stride ", t->strides[d], " in dimension ", d, ", expected ",
+            expected, "); pass a compact row-major tensor");
+      }
+      expected *= t->shape[d];
+    }
+  }
+  switch (t->device.device_type) {
+    case kDLCPU:
+    case kDLCUDAHost: p.device = Device{1, 0}; break;
+    case kDLCUDA:
+      HORA_THROW(HORA_ERR_UNSUPPORTED, call.where(), ": ", role, " is on cuda:",
+                 t->device.device_id,
+                 ", but this build has no NCCL backend (issue 6); pass CPU tensors");
+    default: bad("device type ", int(t->device.device_type), " is not supported (cpu or cuda)");
+  }
+  if (p.numel > 0 && t->data == nullptr) bad("data is NULL for ", p.numel, " elements");
+  p.data = static_cast<char *>(t->data) + t->byte_offset;
+  if (p.numel > 0 && reinterpret_cast<uintptr_t>(p.data) % static_cast<uintptr_t>(esize) != 0) {
+    bad("data is not aligned to its ", esize, "-byte elements");
+  }
+  return p;
+}
+
+void checkOp(const Call &call, hora_reduce_op_t op, DType dtype, double prescale, double postscale) {
+  if (static_cast<int>(op) < HORA_OP_SUM || static_cast<int>(op) > HORA_OP_PRODUCT) {
+    HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call.where(), ": reduce op ", static_cast<int>(op),
+               " is not one of HORA_OP_SUM..HORA_OP_PRODUCT");
+  }
+  if (!std::isfinite(prescale) || !std::isfinite(postscale)) {
+    HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call.where(), ": prescale ", prescale, " and postscale ",
+               postscale, " must be finite");
+  }
+  if (!isFloating(dtype)) {
+    if (op == HORA_OP_AVERAGE) {
+      HORA_THROW(HORA_ERR_UNSUPPORTED, call.where(), ": AVERAGE is not supported on ",
+                 dtypeName(dtype), " (an integer average would be truncated); use SUM and divide");
+    }
+    if (prescale != 1.0 || postscale != 1.0) {
+      HORA_THROW(HORA_ERR_UNSUPPORTED, call.where(), ": prescale/postscale (", prescale, ", ",
+                 postscale, ") are not supported on ", dtypeName(dtype),
+                 "; scale factors apply to floating-point tensors only");
+    }
+  }
+}
+
+Call makeCall(const Engine &engine, OpType op, const char *name, int32_t processSet) {
+  Call call{op, name ? std::string() : std::string(), processSet};
+  if (name != nullptr) {
+    const size_t len = strnlen(name, kMaxNameBytes + 1);
+    if (len > kMaxNameBytes) {
+      HORA_THROW(HORA_ERR_INVALID_ARGUMENT, opTypeName(op), ": tensor name is longer than ",
+                 kMaxNameBytes, " bytes");
+    }
+    if (len == 0) {
+      HORA_THROW(HORA_ERR_INVALID_ARGUMENT, opTypeName(op),
+                 ": tensor name is empty (pass NULL to have hora name it)");
+    }
+    call.name.assign(name, len);
+  }
+  if (engine.processSetSize(processSet) < 0) {
+    HORA_THROW(HORA_ERR_INVALID_ARGUMENT, opTypeName(op), " '", name ? call.name : "(unnamed)",
+               "': unknown process set ", processSet);
+  }
+  if (name == nullptr) {
+    std::lock_guard<std::mutex> lock(gNamesMutex);
+    const uint64_t n = gAutoNames[{processSet, static_cast<int>(op)}]++;
+    call.name = detail::concat(opTypeName(op), ".noname.", n);
+  }
+  return call;
+}
+
+void checkRequestPtr(const Call &call, hora_request_t *request_p) {
+  if (request_p == nullptr) {
+    HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call.where(), ": request_p is NULL");
+  }
+}
+
+void submit(Engine &engine, const Call &call, RequestMsg msg, std::vector<TensorArg> tensors,
+            hora_request_t *request_p) {
+  msg.name = call.name;
+  msg.op = call.op;
+  auto request = std::make_shared<Request>(std::move(msg), call.processSet, std::move(tensors));
+  auto *handle = new hora_request{request};
+  try {
+    engine.submit(std::move(request));
+  } catch (...) {
+    delete handle;
+    throw;
+  }
+  *request_p = handle;
+}
+
+void allreduceImpl(const char *name, int n, const DLTensor *inputs, DLTensor *outputs,
+                   hora_reduce_op_t op, double prescale, double postscale, int32_t processSet,
+                   hora_request_t *request_p) {
+  auto engine = requireEngine("allreduce");
+  Call call = makeCall(*engine, OpType::kAllreduce, name, processSet);
+  checkRequestPtr(call, request_p);
+  if (n < 1) HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call.where(), ": ", n, " tensors");
+  if (inputs == nullptr || outputs == nullptr) {
+    HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call.where(), ": ", inputs ? "output" : "input", " is NULL");
+  }
+  RequestMsg msg;
+  std::vector<TensorArg> tensors;
+  for (int i = 0; i < n; ++i) {
+    const std::string role = n == 1 ? "input" : detail::concat("input ", i);
+    const std::string outRole = n == 1 ? "output" : detail::concat("output ", i);
+    Parsed in = parseTensor(call, role.c_str(), &inputs[i]);
+    Parsed out = parseTensor(call, outRole.c_str(), &outputs[i]);
+    if (out.dtype != in.dtype || out.shape != in.shape || out.device != in.device) {
+      HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call.where(), ": ", outRole, " (", dtypeName(out.dtype),
+                 shapeString(out.shape), " on ", out.device.str(), ") differs from ", role, " (",
+                 dtypeName(in.dtype), shapeString(in.shape), " on ", in.device.str(), ")");
+    }
+    if (i == 0) {
+      msg.dtype = in.dtype;
+      msg.device = in.device;
+    } else if (in.dtype != msg.dtype || in.device != msg.device) {
+      HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call.where(), ": ", role, " is ", dtypeName(in.dtype),
+                 " on ", in.device.str(), " but input 0 is ", dtypeName(msg.dtype), " on ",
+                 msg.device.str(), "; a group shares one dtype and device");
+    }
+    msg.shapes.push_back(in.shape);
+    tensors.push_back(TensorArg{in.data, out.data, in.numel});
+  }
+  checkOp(call, op, msg.dtype, prescale, postscale);
+  msg.reduceOp = static_cast<ReduceOp>(op);
+  msg.prescale = prescale;
+  msg.postscale = postscale;
+  submit(*engine, call, std::move(msg), std::move(tensors), request_p);
+}
+
+hora_request *checkHandle(hora_request_t request, const char *call) {
+  if (request == nullptr || !request->impl) {
+    HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call, ": request is NULL");
+  }
+  return request;
+}
+
+}  // namespace
+}  // namespace hora
+
+using namespace hora;
+
+extern "C" {
+
+hora_status_t hora_init(void) {
+  return guarded([] {
+    std::lock_guard<std::mutex> lifecycle(gLifecycle);
+    std::shared_ptr<Engine> old = currentEngine();
+    if (old && old->running()) return;
+    if (old) {  // stopped on its own (a peer shut down, or a fatal error): reap it first
+      old->shutdown();
+      std::lock_guard<std::mutex> lock(gEngineMutex);
+      gEngine.reset();
+    }
+    Knobs knobs = Knobs::fromEnvironment();
+    setLogLevel(knobs.logLevel);
+    std::shared_ptr<Engine> engine = Engine::start(knobs);
+    {
+      std::lock_guard<std::mutex> lock(gNamesMutex);
+      gAutoNames.clear();
+    }
+    std::lock_guard<std::mutex> lock(gEngineMutex);
+    gEngine = std::move(engine);
+  });
+}
+
+hora_status_t hora_shutdown(void) {
+  return guarded([] {
+    std::lock_guard<std::mutex> lifecycle(gLifecycle);
+    std::shared_ptr<Engine> engine = currentEngine();
+    if (!engine) HORA_THROW(HORA_ERR_NOT_INITIALIZED, "hora_shutdown: hora is not initialized");
+    engine->shutdown();
+    std::lock_guard<std::mutex> lock(gEngineMutex);
+    gEngine.reset();
+  });
+}
+
+int hora_is_initialized(void) {
+  std::shared_ptr<Engine> e = currentEngine();
+  return e && e->running() ? 1 : 0;
+}
+
+#define HORA_TOPOLOGY_GETTER(fn, field)            \
+  int fn(void) {                                   \
+    std::shared_ptr<Engine> e = currentEngine();   \
+    return e ? e->topology().field : -1;           \
+  }
+HORA_TOPOLOGY_GETTER(hora_rank, rank)
+HORA_TOPOLOGY_GETTER(hora_size, size)
+HORA_TOPOLOGY_GETTER(hora_local_rank, localRank)
+HORA_TOPOLOGY_GETTER(hora_local_size, localSize)
+HORA_TOPOLOGY_GETTER(hora_cross_rank, crossRank)
+HORA_TOPOLOGY_GETTER(hora_cross_size, crossSize)
+#undef HORA_TOPOLOGY_GETTER
+
+hora_status_t hora_allreduce_async(const char *name, const DLTensor *input, DLTensor *output,
+                                   hora_reduce_op_t op, double prescale, double postscale,
+                                   int32_t process_set, hora_request_t *request_p) {
+  return guarded([&] {
+    allreduceImpl(name, 1, input, output, op, prescale, postscale, process_set, request_p);
+  });
+}
+
+hora_status_t hora_grouped_allreduce_async(const char *name, int n, const DLTensor *inputs,
+                                           DLTensor *outputs, hora_reduce_op_t op, double prescale,
+                                           double postscale, int32_t process_set,
+                                           hora_request_t *request_p) {
+  return guarded([&] {
+    allreduceImpl(name, n, inputs, outputs, op, prescale, postscale, process_set, request_p);
+  });
+}
+
+hora_status_t hora_broadcast_async(const char *name, DLTensor *tensor, int root,
+                                   int32_t process_set, hora_request_t *request_p) {
+  return guarded([&] {
+    auto engine = requireEngine("broadcast");
+    Call call = makeCall(*engine, OpType::kBroadcast, name, process_set);
+    checkRequestPtr(call, request_p);
+    Parsed t = parseTensor(call, "tensor", tensor);
+    const int size = engine->processSetSize(process_set);
+    if (root < 0 || root >= size) {
+      HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call.where(), ": root ", root,
+                 " is outside the process set's ranks [0, ", size, ")");
+    }
+    RequestMsg msg;
+    msg.dtype = t.dtype;
+    msg.device = t.device;
+    msg.root = root;
+    msg.shapes.push_back(t.shape);
+    submit(*engine, call, std::move(msg), {TensorArg{t.data, t.data, t.numel}}, request_p);
+  });
+}
+
+hora_status_t hora_allgather_async(const char *name, const DLTensor *input, int32_t process_set,
+                                   hora_request_t *request_p) {
+  return guarded([&] {
+    auto engine = requireEngine("allgather");
+    Call call = makeCall(*engine, OpType::kAllgather, name, process_set);
+    checkRequestPtr(call, request_p);
+    Parsed t = parseTensor(call, "input", input);
+    if (t.shape.empty()) {
+      HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call.where(),
+                 ": input is a scalar (ndim 0); allgather concatenates along the first dimension");
+    }
+    RequestMsg msg;
+    msg.dtype = t.dtype;
+    msg.device = t.device;
+    msg.shapes.push_back(t.shape);
+    submit(*engine, call, std::move(msg), {TensorArg{t.data, nullptr, t.numel}}, request_p);
+  });
+}
+
+hora_status_t hora_alltoall_async(const char *name, const DLTensor *, const int64_t *, int32_t,
+                                  hora_request_t *) {
+  return guarded([&] {
+    HORA_THROW(HORA_ERR_UNSUPPORTED, "alltoall '", name ? name : "(unnamed)",
+               "': alltoall is not available in this version (issue 3)");
+  });
+}
+
+hora_status_t hora_reducescatter_async(const char *name, const DLTensor *, hora_reduce_op_t,
+                                       int32_t, hora_request_t *) {
+  return guarded([&] {
+    HORA_THROW(HORA_ERR_UNSUPPORTED, "reducescatter '", name ? name : "(unnamed)",
+               "': reducescatter is not available in this version (issue 3)");
+  });
+}
+
+hora_status_t hora_barrier(int32_t) {
+  return guarded([] {
+    HORA_THROW(HORA_ERR_UNSUPPORTED, "barrier is not available in this version (issue 3)");
+  });
+}
+
+hora_status_t hora_join(int32_t, int *) {
+  return guarded([] {
+    HORA_THROW(HORA_ERR_UNSUPPORTED, "join is not available in this version (issue 3)");
+  });
+}
+
+hora_status_t hora_poll(hora_request_t request, int *done_p) {
+  return guarded([&] {
+    hora_request *r = checkHandle(request, "hora_poll");
+    if (done_p == nullptr) HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "hora_poll: done_p is NULL");
+    *done_p = r->impl->done() ? 1 : 0;
+  });
+}
+
+hora_status_t hora_wait(hora_request_t request) {
+  return guarded([&] {
+    hora_request *r = checkHandle(request, "hora_wait");
+    if (!r->impl->done()) {
+      if (std::shared_ptr<Engine> engine = currentEngine()) engine->flush();
+    }
+    Status status = r->impl->wait();
+    if (!status.ok()) throw Error(status.code, status.message, __FILE__, __LINE__);
+  });
+}
+
+const DLTensor *hora_request_output(hora_request_t request) {
+  if (request == nullptr || !request->impl || !request->impl->done() || !request->impl->status().ok()) {
+    return nullptr;
+  }
+  return request->impl->output();
+}
+
+const int64_t *hora_request_received_splits(hora_request_t) { return nullptr; }
+
+void hora_request_free(hora_request_t request) { delete request; }
+
+hora_status_t hora_process_set_create(const int *, int, int32_t *) {
+  return guarded([] {
+    HORA_THROW(HORA_ERR_UNSUPPORTED,
+               "hora_process_set_create: process sets are not available in this version (issue 3)");
+  });
+}
+
+hora_status_t hora_process_set_destroy(int32_t id) {
+  return guarded([&] {
+    if (id == 0) HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "hora_process_set_destroy: set 0 (all ranks) cannot be destroyed");
+    HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "hora_process_set_destroy: unknown process set ", id);
+  });
+}
+
+int hora_process_set_rank(int32_t id) {
+  std::shared_ptr<Engine> e = currentEngine();
+  return e ? e->processSetRank(id) : -1;
+}
+
+int hora_process_set_size(int32_t id) {
+  std::shared_ptr<Engine> e = currentEngine();
+  return e ? e->processSetSize(id) : -1;
+}
+
+hora_status_t hora_timeline_start(const char *) {
+  return guarded([] {
+    HORA_THROW(HORA_ERR_UNSUPPORTED, "hora_timeline_start: the timeline is not available in this version (issue 8)");
+  });
+}
+
+hora_status_t hora_timeline_stop(void) {
+  return guarded([] {
+    HORA_THROW(HORA_ERR_UNSUPPORTED, "hora_timeline_stop: the timeline is not available in this version (issue 8)");
+  });
+}
+
+const char *hora_status_string(hora_status_t status) { return statusString(status); }
+
+const char *hora_last_error(void) { return tLastError.c_str(); }
+
+}  // extern "C"

@@ -1,0 +1,21 @@
+// SPDX-License-Identifier: Apache-2.0
+// The one place backends are registered and chosen.
+#pragma once
+
+#include <memory>
+
+#include "base/knobs.h"
+#include "bootstrap/bootstrap.h"
+#include "core/backend.h"
+
+namespace hora {
+
+// The CPU data plane for the world: walks the registered backends in order (HORA_CPU_BACKEND
+// first if set) and returns the first that can serve this world. Throws Error(UNSUPPORTED)
+// saying which backends were considered and why each could not serve.
+std::unique_ptr<Backend> createCpuBackend(const Knobs &knobs, Bootstrap &bootstrap);
+
+// A world of one: copies.
+std::unique_ptr<Backend> createSelfBackend();
+
+}  // namespace hora

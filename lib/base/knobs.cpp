@@ -1,0 +1,160 @@
+// SPDX-License-Identifier: Apache-2.0
+// The knob table. Adding a knob means adding one row here; nothing else reads the environment
+// for HORA_* settings.
+#include "base/knobs.h"
+
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+
+#include "base/error.h"
+
+namespace hora {
+namespace {
+
+bool parseDouble(const std::string &text, double lo, double hi, double *out, std::string *why) {
+  char *end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || end == text.c_str() || *end != '\0' || !std::isfinite(v) || v < lo ||
+      v > hi) {
+    std::ostringstream s;
+    s << "expected a number in [" << lo << ", " << hi << "]";
+    *why = s.str();
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+bool parseChoice(const std::string &text, std::initializer_list<const char *> choices,
+                 std::string *out, std::string *why) {
+  for (const char *c : choices) {
+    if (text == c) {
+      *out = text;
+      return true;
+    }
+  }
+  std::string list;
+  for (const char *c : choices) list += (list.empty() ? "" : ", ") + std::string(c);
+  *why = "expected one of " + list;
+  return false;
+}
+
+std::string showDouble(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+const std::vector<KnobSpec> kTable = {
+    {"HORA_FUSION_THRESHOLD", "64M", "largest fused buffer, bytes (suffixes K, M, G)",
+     [](const std::string &t, Knobs &k, std::string *why) {
+       int64_t b;
+       if (!parseBytes(t, &b)) {
+         *why = "expected a byte count such as 67108864, 64M or 64MiB";
+         return false;
+       }
+       k.fusionThreshold = b;
+       return true;
+     },
+     [](const Knobs &k) { return std::to_string(k.fusionThreshold); }},
+    {"HORA_CYCLE_TIME_MS", "0.5", "longest wait for more tensors to fuse once one is pending, ms",
+     [](const std::string &t, Knobs &k, std::string *why) {
+       return parseDouble(t, 0, 10000, &k.cycleTimeMs, why);
+     },
+     [](const Knobs &k) { return showDouble(k.cycleTimeMs); }},
+    {"HORA_CACHE_CAPACITY", "1024", "response cache entries (0 disables the cache)",
+     [](const std::string &t, Knobs &k, std::string *why) {
+       double v;
+       if (!parseDouble(t, 0, 1 << 20, &v, why) || v != std::floor(v)) {
+         *why = "expected an integer in [0, 1048576]";
+         return false;
+       }
+       k.cacheCapacity = static_cast<int64_t>(v);
+       return true;
+     },
+     [](const Knobs &k) { return std::to_string(k.cacheCapacity); }},
+    {"HORA_CPU_BACKEND", "auto", "CPU data plane: mpi under MPI, gloo otherwise (gloo: issue 4)",
+     [](const std::string &t, Knobs &k, std::string *why) {
+       return parseChoice(t, {"auto", "mpi", "gloo"}, &k.cpuBackend, why);
+     },
+     [](const Knobs &k) { return k.cpuBackend; }},
+    {"HORA_TIMELINE", "", "path of a Chrome-trace JSON timeline (not yet written: issue 8)",
+     [](const std::string &t, Knobs &k, std::string *) {
+       k.timeline = t;
+       return true;
+     },
+     [](const Knobs &k) { return k.timeline; }},
+    {"HORA_STALL_WARNING_S", "60",
+     "warn when some ranks have submitted a tensor and others have not (issue 8)",
+     [](const std::string &t, Knobs &k, std::string *why) {
+       return parseDouble(t, 0, 1e9, &k.stallWarningS, why);
+     },
+     [](const Knobs &k) { return showDouble(k.stallWarningS); }},
+    {"HORA_STALL_SHUTDOWN_S", "0", "fail stalled requests after this long, 0 = off (issue 8)",
+     [](const std::string &t, Knobs &k, std::string *why) {
+       return parseDouble(t, 0, 1e9, &k.stallShutdownS, why);
+     },
+     [](const Knobs &k) { return showDouble(k.stallShutdownS); }},
+    {"HORA_TIMEOUT_S", "300",
+     "longest wait for peers in negotiation before HORA_ERR_TIMEOUT, seconds",
+     [](const std::string &t, Knobs &k, std::string *why) {
+       return parseDouble(t, 0.001, 1e9, &k.timeoutS, why);
+     },
+     [](const Knobs &k) { return showDouble(k.timeoutS); }},
+    {"HORA_LOG_LEVEL", "warning", "trace, debug, info, warning, error",
+     [](const std::string &t, Knobs &k, std::string *why) {
+       if (parseLogLevel(t, &k.logLevel)) return true;
+       *why = "expected one of trace, debug, info, warning, error";
+       return false;
+     },
+     [](const Knobs &k) { return std::string(logLevelName(k.logLevel)); }},
+    {"HORA_BOOTSTRAP", "auto", "how the world forms: auto, mpi, env (issue 4), single",
+     [](const std::string &t, Knobs &k, std::string *why) {
+       return parseChoice(t, {"auto", "mpi", "env", "single"}, &k.bootstrap, why);
+     },
+     [](const Knobs &k) { return k.bootstrap; }},
+};
+
+}  // namespace
+
+bool parseBytes(const std::string &text, int64_t *bytes) {
+  char *end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || end == text.c_str() || !std::isfinite(v) || v < 0) return false;
+  std::string suffix(end);
+  for (auto &c : suffix) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  double scale = 1;
+  if (suffix.empty() || suffix == "B") scale = 1;
+  else if (suffix == "K" || suffix == "KB" || suffix == "KIB") scale = 1024.0;
+  else if (suffix == "M" || suffix == "MB" || suffix == "MIB") scale = 1024.0 * 1024;
+  else if (suffix == "G" || suffix == "GB" || suffix == "GIB") scale = 1024.0 * 1024 * 1024;
+  else return false;
+  const double total = v * scale;
+  if (total > 9.0e18) return false;
+  *bytes = static_cast<int64_t>(total);
+  return true;
+}
+
+const std::vector<KnobSpec> &knobTable() { return kTable; }
+
+Knobs Knobs::fromLookup(const std::function<const char *(const char *)> &lookup) {
+  Knobs knobs;
+  for (const KnobSpec &spec : kTable) {
+    const char *value = lookup(spec.name);
+    if (value == nullptr) continue;
+    std::string why;
+    if (!spec.parse(value, knobs, &why)) {
+      HORA_THROW(HORA_ERR_INVALID_ARGUMENT, spec.name, "='", value, "' is not valid: ", why,
+                 " (default ", spec.defaultValue[0] ? spec.defaultValue : "unset", ")");
+    }
+  }
+  return knobs;
+}
+
+Knobs Knobs::fromEnvironment() {
+  return fromLookup([](const char *name) { return std::getenv(name); });
+}
+
+}  // namespace hora

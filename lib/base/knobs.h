@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: Apache-2.0
+// Every HORA_* knob in one declarative table: name, default, doc and parser.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "base/logging.h"
+
+namespace hora {
+
+// Parsed values of every knob. Defaults here match the table's default strings.
+struct Knobs {
+  int64_t fusionThreshold = int64_t{64} << 20;  // bytes
+  double cycleTimeMs = 0.5;
+  int64_t cacheCapacity = 1024;
+  std::string cpuBackend = "auto";  // auto, mpi, gloo
+  std::string timeline;             // empty = off
+  double stallWarningS = 60;
+  double stallShutdownS = 0;  // 0 = off
+  double timeoutS = 300;
+  LogLevel logLevel = LogLevel::kWarning;
+  std::string bootstrap = "auto";  // auto, mpi, env, single
+
+  // Reads every HORA_* variable; throws Error(HORA_ERR_INVALID_ARGUMENT) naming the knob, the bad
+  // value and what is accepted.
+  static Knobs fromEnvironment();
+  // Same, from a lookup function (for tests): returns nullptr for unset.
+  static Knobs fromLookup(const std::function<const char *(const char *)> &lookup);
+};
+
+struct KnobSpec {
+  const char *name;
+  const char *defaultValue;
+  const char *doc;
+  // Parses text into knobs; returns false with *why set when the text is not acceptable.
+  bool (*parse)(const std::string &text, Knobs &knobs, std::string *why);
+  // Current value as text, for hora-info.
+  std::string (*show)(const Knobs &knobs);
+};
+
+const std::vector<KnobSpec> &knobTable();
+
+// "64M", "1GiB", "4096", "1.5k" -> bytes. false if malformed or negative.
+bool parseBytes(const std::string &text, int64_t *bytes);
+
+}  // namespace hora

@@ -1,0 +1,209 @@
+// SPDX-License-Identifier: Apache-2.0
+// MPI bootstrap: MPI_Init_thread unless the program did it, communicators, topology, and the
+// control plane over non-blocking collectives (so waiting for peers can time out).
+#include "bootstrap/mpi/mpi_bootstrap.h"
+
+#include <time.h>
+
+#include <chrono>
+#include <climits>
+#include <cstdlib>
+#include <mutex>
+
+#include "base/knobs.h"
+#include "base/logging.h"
+
+namespace hora {
+namespace {
+
+// hora finalizes MPI only if it initialized it, and only at process exit: after hora_shutdown a
+// later hora_init in the same process must find MPI still usable.
+bool gWeInitializedMpi = false;
+std::once_flag gAtexitOnce;
+
+void finalizeAtExit() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (gWeInitializedMpi && initialized && !finalized) MPI_Finalize();
+}
+
+int worldRankOrMinus1() {
+  int initialized = 0, finalized = 0, rank = -1;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+class MpiControlPlane final : public ControlPlane {
+ public:
+  MpiControlPlane(MPI_Comm comm, double timeoutS) : comm_(comm), timeoutS_(timeoutS) {
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  void allreduceAnd(std::vector<uint64_t> &words) override {
+    MPI_Request req;
+    HORA_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, words.data(), static_cast<int>(words.size()),
+                                  MPI_UINT64_T, MPI_BAND, comm_, &req));
+    waitMpi(&req, timeoutS_, "negotiation (waiting for every rank to start the same cycle)");
+  }
+
+  std::vector<std::string> gatherToRoot(const std::string &blob) override {
+    const int64_t mine = static_cast<int64_t>(blob.size());
+    std::vector<int64_t> lengths(rank_ == 0 ? static_cast<size_t>(size_) : 0);
+    MPI_Request req;
+    HORA_CHECK_MPI(MPI_Igather(&mine, 1, MPI_INT64_T, lengths.data(), 1, MPI_INT64_T, 0, comm_, &req));
+    waitMpi(&req, timeoutS_, "negotiation (gathering requests at the coordinator)");
+    std::vector<int> counts, displs;
+    std::string all;
+    if (rank_ == 0) {
+      int64_t total = 0;
+      for (int64_t n : lengths) {
+        if (n > INT_MAX || total > INT_MAX - n) {
+          HORA_THROW(HORA_ERR_INTERNAL, "control message of ", total + n, " bytes is too large");
+        }
+        counts.push_back(static_cast<int>(n));
+        displs.push_back(static_cast<int>(total));
+        total += n;
+      }
+      all.resize(static_cast<size_t>(total));
+    }
+    HORA_CHECK_MPI(MPI_Igatherv(blob.data(), static_cast<int>(mine), MPI_BYTE, &all[0], counts.data(),
+                                displs.data(), MPI_BYTE, 0, comm_, &req));
+    waitMpi(&req, timeoutS_, "negotiation (gathering requests at the coordinator)");
+    std::vector<std::string> out;
+    for (size_t r = 0; r < counts.size(); ++r) {
+      out.push_back(all.substr(static_cast<size_t>(displs[r]), static_cast<size_t>(counts[r])));
+    }
+    return out;
+  }
+
+  void broadcastFromRoot(std::string &blob) override {
+    int64_t length = static_cast<int64_t>(blob.size());
+    MPI_Request req;
+    HORA_CHECK_MPI(MPI_Ibcast(&length, 1, MPI_INT64_T, 0, comm_, &req));
+    waitMpi(&req, timeoutS_, "negotiation (waiting for the coordinator's responses)");
+    if (length > INT_MAX) HORA_THROW(HORA_ERR_INTERNAL, "response list of ", length, " bytes");
+    blob.resize(static_cast<size_t>(length));
+    HORA_CHECK_MPI(MPI_Ibcast(&blob[0], static_cast<int>(length), MPI_BYTE, 0, comm_, &req));
+    waitMpi(&req, timeoutS_, "negotiation (waiting for the coordinator's responses)");
+  }
+
+ private:
+  MPI_Comm comm_;
+  double timeoutS_;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+class MpiWorld final : public MpiBootstrap {
+ public:
+  explicit MpiWorld(double timeoutS) {
+    int initialized = 0, finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) {
+      HORA_THROW(HORA_ERR_UNSUPPORTED,
+                 "hora_init: MPI was already finalized in this process; MPI cannot start again");
+    }
+    MPI_Initialized(&initialized);
+    int provided = 0;
+    if (!initialized) {
+      // MULTIPLE so the application may keep using MPI from its own threads next to hora's.
+      HORA_CHECK_MPI(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided));
+      gWeInitializedMpi = true;
+      std::call_once(gAtexitOnce, [] { std::atexit(finalizeAtExit); });
+    } else {
+      MPI_Query_thread(&provided);
+    }
+    if (provided < MPI_THREAD_SERIALIZED) {
+      HORA_LOG(kWarning) << "MPI was initialized with thread level " << provided
+                         << "; hora calls MPI from its own thread and needs MPI_THREAD_SERIALIZED"
+                            " (MPI_THREAD_MULTIPLE if the application also calls MPI)";
+    }
+    HORA_CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &control_));
+    HORA_CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &data_));
+    // Errors come back as codes (turned into HORA_ERR_BACKEND) instead of aborting the job.
+    MPI_Comm_set_errhandler(control_, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(data_, MPI_ERRORS_RETURN);
+
+    MPI_Comm_rank(control_, &topology_.rank);
+    MPI_Comm_size(control_, &topology_.size);
+    MPI_Comm local, cross;
+    HORA_CHECK_MPI(MPI_Comm_split_type(control_, MPI_COMM_TYPE_SHARED, topology_.rank,
+                                       MPI_INFO_NULL, &local));
+    MPI_Comm_rank(local, &topology_.localRank);
+    MPI_Comm_size(local, &topology_.localSize);
+    HORA_CHECK_MPI(MPI_Comm_split(control_, topology_.localRank, topology_.rank, &cross));
+    MPI_Comm_rank(cross, &topology_.crossRank);
+    MPI_Comm_size(cross, &topology_.crossSize);
+    MPI_Comm_free(&local);
+    MPI_Comm_free(&cross);
+    plane_ = std::make_unique<MpiControlPlane>(control_, timeoutS);
+  }
+
+  ~MpiWorld() override {
+    // Freeing is collective in effect; skip it when a peer may never take part.
+    if (!poisoned_) {
+      MPI_Comm_free(&control_);
+      MPI_Comm_free(&data_);
+    }
+  }
+
+  const char *launcher() const override { return "mpi"; }
+  const Topology &topology() const override { return topology_; }
+  ControlPlane &worldControl() override { return *plane_; }
+  void poison() override { poisoned_ = true; }
+  MPI_Comm dataComm() const override { return data_; }
+
+ private:
+  Topology topology_;
+  MPI_Comm control_ = MPI_COMM_NULL;
+  MPI_Comm data_ = MPI_COMM_NULL;
+  std::unique_ptr<MpiControlPlane> plane_;
+  bool poisoned_ = false;
+};
+
+}  // namespace
+
+void throwMpiError(const char *call, int code, const char *file, int line) {
+  char text[MPI_MAX_ERROR_STRING] = {0};
+  int len = 0;
+  if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) std::snprintf(text, sizeof text, "code %d", code);
+  std::string name(call);
+  name = name.substr(0, name.find('('));
+  throw Error(HORA_ERR_BACKEND,
+              detail::concat(name, " failed on rank ", worldRankOrMinus1(), ": ", text), file, line);
+}
+
+void waitMpi(MPI_Request *request, double timeoutS, const char *what) {
+  using Clock = std::chrono::steady_clock;
+  int done = 0;
+  for (int spin = 0; spin < 256; ++spin) {
+    HORA_CHECK_MPI(MPI_Test(request, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+  }
+  const auto start = Clock::now();
+  const auto limit = std::chrono::duration<double>(timeoutS);
+  long pauseNs = 2000;
+  for (;;) {
+    HORA_CHECK_MPI(MPI_Test(request, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    if (Clock::now() - start > limit) {
+      HORA_THROW(HORA_ERR_TIMEOUT, what, ": no answer from every rank after ", timeoutS,
+                 " s (HORA_TIMEOUT_S); a rank may have stopped submitting, exited or hung");
+    }
+    timespec pause{0, pauseNs};
+    nanosleep(&pause, nullptr);
+    pauseNs = std::min(pauseNs * 2, 500000L);
+  }
+}
+
+std::unique_ptr<MpiBootstrap> createMpiBootstrap(double timeoutS) {
+  return std::make_unique<MpiWorld>(timeoutS);
+}
+
+}  // namespace hora

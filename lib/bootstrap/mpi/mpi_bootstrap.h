@@ -1,0 +1,39 @@
+// SPDX-License-Identifier: Apache-2.0
+// The MPI world: initialization, private communicators, topology, and MPI call checking.
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+
+#include "base/error.h"
+#include "bootstrap/bootstrap.h"
+
+namespace hora {
+
+// "MPI_Allreduce failed on rank 3: MPI_ERR_TRUNCATE: message truncated" as Error(BACKEND).
+[[noreturn]] void throwMpiError(const char *call, int code, const char *file, int line);
+
+// Waits for a non-blocking MPI operation: spins briefly (a peer is usually just behind), then
+// sleeps with growing pauses so a rank waiting for its peers costs almost no CPU. Throws
+// Error(HORA_ERR_TIMEOUT) naming `what` after `timeoutS`.
+void waitMpi(MPI_Request *request, double timeoutS, const char *what);
+
+class MpiBootstrap : public Bootstrap {
+ public:
+  // Two private duplicates of MPI_COMM_WORLD: negotiation and data never share a communicator
+  // with each other or with the application.
+  virtual MPI_Comm dataComm() const = 0;
+};
+
+std::unique_ptr<MpiBootstrap> createMpiBootstrap(double timeoutS);
+
+}  // namespace hora
+
+#define HORA_CHECK_MPI(call)                                                     \
+  do {                                                                           \
+    const int hora_mpi_rc_ = (call);                                             \
+    if (hora_mpi_rc_ != MPI_SUCCESS)                                             \
+      ::hora::throwMpiError(#call, hora_mpi_rc_, __FILE__, __LINE__);            \
+  } while (0)

@@ -1,0 +1,33 @@
+// SPDX-License-Identifier: Apache-2.0
+// The data plane behind one small interface: what the engine asks of MPI, Gloo or NCCL.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "base/dtype.h"
+#include "core/kernels.h"
+
+namespace hora {
+
+// One backend instance serves one process set. Every call is collective over the set and is made
+// by the engine thread only, after negotiation has established that every rank makes the same
+// call; counts are 64-bit and the backend splits them if its transport cannot.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char *name() const = 0;
+  // Whether allreduce accepts float16/bfloat16 with float32 accumulation itself. When false, the
+  // engine widens to float32 around the call.
+  virtual bool reducesHalfNatively() const { return false; }
+
+  // out[i] = op over ranks of in[i]; in == out means in place. op is never kAverage (the engine
+  // turns it into kSum and a scale).
+  virtual void allreduce(const void *in, void *out, int64_t count, DType dtype, ReduceOp op) = 0;
+  // root's bytes replace everyone else's.
+  virtual void broadcast(void *buf, int64_t bytes, int root) = 0;
+  // out = concatenation over ranks of each rank's in; bytesPerRank[r] is rank r's length.
+  virtual void allgatherv(const void *in, void *out, const std::vector<int64_t> &bytesPerRank) = 0;
+};
+
+}  // namespace hora

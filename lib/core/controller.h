@@ -1,0 +1,63 @@
+// SPDX-License-Identifier: Apache-2.0
+// Negotiation for one process set: which requests are ready on every rank, checked for
+// agreement, in one order that every rank then executes.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/control_plane.h"
+#include "core/request.h"
+#include "core/response_cache.h"
+
+namespace hora {
+
+// Requests of one set that this rank submitted and that have not completed, by name.
+using PendingMap = std::unordered_map<std::string, RequestPtr>;
+
+// One negotiation round ("cycle"), collective over the set:
+//  1. every rank classifies its pending requests against the response cache and contributes one
+//     bit vector: [flags | cache hits | cache entries to drop], combined with a bitwise AND (the
+//     flag and drop words are inverted so that AND computes OR for them);
+//  2. cache entries whose bit is set on every rank are ready everywhere and need no coordinator;
+//  3. only if some rank has requests the cache could not place (or entries were dropped), ranks
+//     send those to rank 0 (the coordinator), which matches them by name across ranks, checks
+//     agreement, and broadcasts the responses of the names now submitted everywhere.
+// The result is the same list on every rank: cached responses in slot order, then new ones.
+// Engine thread only.
+class Controller {
+ public:
+  Controller(ControlPlane &plane, int cacheCapacity);
+
+  struct Outcome {
+    std::vector<Response> responses;
+    bool shutdown = false;       // some rank asked to shut down: stop without executing
+    int coordinatorRounds = 0;   // 0 or 1: whether this cycle needed the coordinator
+  };
+  Outcome negotiate(const PendingMap &pending, bool requestShutdown);
+
+  const ResponseCache &cache() const { return cache_; }
+  // Coordinator side, for tests and stall reports: names waiting for some ranks.
+  size_t coordinatorBacklog() const { return table_.size(); }
+
+ private:
+  struct TableEntry {
+    std::vector<std::optional<RequestMsg>> perRank;
+    int count = 0;
+  };
+  std::vector<Response> coordinate(const std::vector<std::string> &blobs);
+  Response validate(const std::string &name, const TableEntry &entry) const;
+
+  ControlPlane &plane_;
+  ResponseCache cache_;
+  std::unordered_map<std::string, TableEntry> table_;  // rank 0 only
+};
+
+// The coordinator's agreement check, exposed for unit tests: the response for `perRank` (one
+// RequestMsg per rank of the set, all with the same name).
+Response checkAgreement(const std::vector<RequestMsg> &perRank);
+
+}  // namespace hora

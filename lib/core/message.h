@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: Apache-2.0
+// Control messages: what a rank tells the coordinator about a ready tensor (RequestMsg), what the
+// coordinator tells every rank to execute (Response), and their wire encoding.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <hora/hora.h>
+
+#include "base/dtype.h"
+#include "core/kernels.h"
+#include "core/types.h"
+
+namespace hora {
+
+using Shape = std::vector<int64_t>;
+std::string shapeString(const Shape &shape);  // "[1024,16]"
+int64_t numElements(const Shape &shape);
+
+// One rank's description of one request. It is also the response cache's signature: a cached
+// response is reused only while this rank's RequestMsg for the name is unchanged.
+struct RequestMsg {
+  std::string name;
+  OpType op = OpType::kAllreduce;
+  ReduceOp reduceOp = ReduceOp::kSum;
+  DType dtype = DType::kFloat32;
+  Device device;
+  int32_t root = 0;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  std::vector<Shape> shapes;  // one per tensor; grouped ops carry several
+
+  bool operator==(const RequestMsg &o) const;
+  bool operator!=(const RequestMsg &o) const { return !(*this == o); }
+};
+
+// What every rank executes, in the same order everywhere.
+struct Response {
+  RequestMsg agreed;                   // the parameters all ranks agreed on (shapes: rank 0's)
+  hora_status_t status = HORA_SUCCESS;  // != success: the op failed on every rank
+  std::string error;                   // message for a failed op
+  std::vector<int64_t> firstDims;      // allgather: [tensor * size + rank] rows of each rank
+
+  bool ok() const { return status == HORA_SUCCESS; }
+};
+
+// Wire encoding. Decoding checks every length against the buffer and throws
+// Error(HORA_ERR_INTERNAL) naming what was malformed, never reading out of bounds.
+std::string encodeRequests(const std::vector<RequestMsg> &requests);
+std::vector<RequestMsg> decodeRequests(const std::string &bytes);
+std::string encodeResponses(const std::vector<Response> &responses);
+std::vector<Response> decodeResponses(const std::string &bytes);
+
+}  // namespace hora

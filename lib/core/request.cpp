@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: Apache-2.0
+// Request completion and owned outputs.
+#include "core/request.h"
+
+#include <cstring>
+
+namespace hora {
+
+Request::Request(RequestMsg msg, int32_t processSet, std::vector<TensorArg> tensors)
+    : msg_(std::move(msg)),
+      processSet_(processSet),
+      tensors_(std::move(tensors)),
+      submitted_(std::chrono::steady_clock::now()) {}
+
+int64_t Request::bytes() const {
+  int64_t n = 0;
+  for (const TensorArg &t : tensors_) n += t.numel;
+  return n * static_cast<int64_t>(dtypeSize(msg_.dtype));
+}
+
+void *Request::allocateOutput(const Shape &shape) {
+  const size_t bytes = static_cast<size_t>(numElements(shape)) * dtypeSize(msg_.dtype);
+  // One spare byte keeps data non-null for empty outputs, as DLPack consumers expect.
+  outputStorage_.reset(new uint8_t[bytes + 1]);
+  outputShape_ = shape;
+  output_ = DLTensor{};
+  output_.data = outputStorage_.get();
+  output_.device = DLDevice{static_cast<DLDeviceType>(msg_.device.type), msg_.device.id};
+  output_.ndim = static_cast<int32_t>(outputShape_.size());
+  output_.shape = outputShape_.data();
+  output_.strides = nullptr;
+  output_.byte_offset = 0;
+  switch (msg_.dtype) {
+    case DType::kUInt8: output_.dtype = {kDLUInt, 8, 1}; break;
+    case DType::kInt8: output_.dtype = {kDLInt, 8, 1}; break;
+    case DType::kInt32: output_.dtype = {kDLInt, 32, 1}; break;
+    case DType::kInt64: output_.dtype = {kDLInt, 64, 1}; break;
+    case DType::kFloat16: output_.dtype = {kDLFloat, 16, 1}; break;
+    case DType::kBFloat16: output_.dtype = {kDLBfloat, 16, 1}; break;
+    case DType::kFloat32: output_.dtype = {kDLFloat, 32, 1}; break;
+    case DType::kFloat64: output_.dtype = {kDLFloat, 64, 1}; break;
+  }
+  hasOutput_ = true;
+  return output_.data;
+}
+
+void Request::complete(Status status) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (done_) return;
+    done_ = true;
+    status_ = std::move(status);
+  }
+  cv_.notify_all();
+}
+
+bool Request::done() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return done_;
+}
+
+Status Request::wait() const {
+  std::unique_lock<std::mutex> lock(mutex_);
+  cv_.wait(lock, [this] { return done_; });
+  return status_;
+}
+
+Status Request::status() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return status_;
+}
+
+}  // namespace hora

@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: Apache-2.0
+// One in-flight collective as the engine sees it: parameters, tensors, owned outputs, completion.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include <dlpack/dlpack.h>
+
+#include "base/error.h"
+#include "core/message.h"
+
+namespace hora {
+
+// One tensor of a request: where its input is and where its result goes (in == out: in place).
+struct TensorArg {
+  const void *in = nullptr;
+  void *out = nullptr;
+  int64_t numel = 0;
+};
+
+class Request {
+ public:
+  Request(RequestMsg msg, int32_t processSet, std::vector<TensorArg> tensors);
+
+  const RequestMsg &msg() const { return msg_; }
+  const std::string &name() const { return msg_.name; }
+  int32_t processSet() const { return processSet_; }
+  const std::vector<TensorArg> &tensors() const { return tensors_; }
+  int64_t bytes() const;  // all tensors, in the request's dtype
+  std::chrono::steady_clock::time_point submitted() const { return submitted_; }
+
+  // Output owned by the request (allgather): storage sized for `shape` and a DLTensor over it.
+  void *allocateOutput(const Shape &shape);
+  const DLTensor *output() const { return hasOutput_ ? &output_ : nullptr; }
+
+  // Completion: first call wins; wakes every waiter.
+  void complete(Status status);
+  bool done() const;
+  Status wait() const;  // blocks until complete
+  Status status() const;
+
+  // Engine thread only: whether this rank's RequestMsg went to the coordinator already.
+  bool sentToCoordinator = false;
+
+ private:
+  RequestMsg msg_;
+  int32_t processSet_;
+  std::vector<TensorArg> tensors_;
+  std::chrono::steady_clock::time_point submitted_;
+
+  std::unique_ptr<uint8_t[]> outputStorage_;
+  Shape outputShape_;
+  DLTensor output_{};
+  bool hasOutput_ = false;
+
+  // This mutex protects: done_, status_.
+  mutable std::mutex mutex_;
+  mutable std::condition_variable cv_;
+  bool done_ = false;
+  Status status_;
+};
+
+using RequestPtr = std::shared_ptr<Request>;
+
+}  // namespace hora

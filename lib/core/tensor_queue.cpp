@@ -1,0 +1,80 @@
+// SPDX-License-Identifier: Apache-2.0
+// TensorQueue: condition-variable hand-off; the engine sleeps when there is nothing to do.
+#include "core/tensor_queue.h"
+
+namespace hora {
+
+void TensorQueue::push(RequestPtr request) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (closed_) throw Error(closedStatus_.code, closedStatus_.message, __FILE__, __LINE__);
+    auto key = std::make_pair(request->processSet(), request->name());
+    if (!inFlight_.insert(key).second) {
+      HORA_THROW(HORA_ERR_DUPLICATE_NAME, opTypeName(request->msg().op), " '", request->name(),
+                 "': a request of that name is already in flight on this rank (process set ",
+                 request->processSet(), "); wait for it before submitting the name again");
+    }
+    if (queue_.empty()) firstArrival_ = std::chrono::steady_clock::now();
+    queue_.push_back(std::move(request));
+  }
+  cv_.notify_one();
+}
+
+void TensorQueue::requestFlush() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    flush_ = true;
+  }
+  cv_.notify_one();
+}
+
+void TensorQueue::requestShutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    shutdown_ = true;
+  }
+  cv_.notify_one();
+}
+
+bool TensorQueue::shutdownRequested() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return shutdown_;
+}
+
+std::vector<RequestPtr> TensorQueue::waitAndPop(bool busy,
+                                                std::chrono::steady_clock::time_point busyDeadline,
+                                                std::chrono::nanoseconds batchWindow) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto wake = [this] { return !queue_.empty() || shutdown_; };
+  if (busy) {
+    cv_.wait_until(lock, busyDeadline, wake);
+  } else {
+    cv_.wait(lock, wake);
+  }
+  if (!queue_.empty() && !shutdown_ && batchWindow.count() > 0) {
+    cv_.wait_until(lock, firstArrival_ + batchWindow, [this] { return flush_ || shutdown_; });
+  }
+  flush_ = false;
+  std::vector<RequestPtr> out(std::make_move_iterator(queue_.begin()),
+                              std::make_move_iterator(queue_.end()));
+  queue_.clear();
+  return out;
+}
+
+void TensorQueue::release(int32_t processSet, const std::string &name) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  inFlight_.erase(std::make_pair(processSet, name));
+}
+
+std::vector<RequestPtr> TensorQueue::close(Status status) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  closed_ = true;
+  closedStatus_ = std::move(status);
+  std::vector<RequestPtr> out(std::make_move_iterator(queue_.begin()),
+                              std::make_move_iterator(queue_.end()));
+  queue_.clear();
+  inFlight_.clear();
+  return out;
+}
+
+}  // namespace hora

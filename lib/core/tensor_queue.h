@@ -1,0 +1,57 @@
+// SPDX-License-Identifier: Apache-2.0
+// The hand-off from user threads to the engine thread, and the names in flight on this rank.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/request.h"
+
+namespace hora {
+
+class TensorQueue {
+ public:
+  // Any thread. Throws Error(HORA_ERR_DUPLICATE_NAME) if a request of the same name is in flight
+  // in the same process set, or the status the queue was closed with.
+  void push(RequestPtr request);
+  // Any thread: ends the engine's fusion wait early (a user is blocked waiting for results, so
+  // holding tensors back for fusion only adds latency).
+  void requestFlush();
+  // Any thread: asks the engine to shut down.
+  void requestShutdown();
+
+  // Engine thread. Blocks until a request is queued or shutdown is requested; with `busy` set
+  // (the engine has requests under negotiation) waits at most until `busyDeadline`. Once a first
+  // request is queued, waits until `batchWindow` after it arrived for more, unless flushed.
+  // Returns the queued requests (possibly none).
+  std::vector<RequestPtr> waitAndPop(bool busy, std::chrono::steady_clock::time_point busyDeadline,
+                                     std::chrono::nanoseconds batchWindow);
+  bool shutdownRequested() const;
+
+  // Engine thread: the name is free again (call before completing the request, so a caller woken
+  // by the completion can reuse the name at once).
+  void release(int32_t processSet, const std::string &name);
+  // Engine thread, when stopping: refuse further pushes with `status`, return what was queued.
+  std::vector<RequestPtr> close(Status status);
+
+ private:
+  // This mutex protects: queue_, inFlight_, flush_, shutdown_, closed_, closedStatus_,
+  // firstArrival_.
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<RequestPtr> queue_;
+  std::set<std::pair<int32_t, std::string>> inFlight_;
+  bool flush_ = false;
+  bool shutdown_ = false;
+  bool closed_ = false;
+  Status closedStatus_;
+  std::chrono::steady_clock::time_point firstArrival_;
+};
+
+}  // namespace hora

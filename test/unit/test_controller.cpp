@@ -1,0 +1,248 @@
+// SPDX-License-Identifier: Apache-2.0
+// Negotiation across ranks (threads over an in-memory control plane): agreement, ordering,
+// the response cache's steady state, invalidation, mismatches and shutdown.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <random>
+
+#include "core/controller.h"
+#include "thread_group.h"
+
+namespace hora {
+namespace {
+
+using test::runRanks;
+using test::ThreadControlPlane;
+using test::ThreadGroup;
+
+RequestMsg msg(const std::string &name, Shape shape, OpType op = OpType::kAllreduce) {
+  RequestMsg m;
+  m.name = name;
+  m.op = op;
+  m.shapes = {std::move(shape)};
+  return m;
+}
+
+void add(PendingMap &pending, const RequestMsg &m) {
+  pending[m.name] = std::make_shared<Request>(m, 0, std::vector<TensorArg>{});
+}
+
+// One cycle as the engine runs it: negotiate, then retire what was answered.
+Controller::Outcome cycle(Controller &c, PendingMap &pending, bool shutdown = false) {
+  Controller::Outcome out = c.negotiate(pending, shutdown);
+  for (const Response &r : out.responses) pending.erase(r.agreed.name);
+  return out;
+}
+
+std::vector<std::string> names(const Controller::Outcome &o) {
+  std::vector<std::string> out;
+  for (const Response &r : o.responses) out.push_back(r.agreed.name);
+  return out;
+}
+
+TEST(Controller, ShuffledSubmissionGivesOneOrderEverywhereAndTheCacheTakesOver) {
+  constexpr int kRanks = 3, kTensors = 40;
+  ThreadGroup group(kRanks);
+  std::vector<std::vector<std::string>> order(kRanks);
+  std::vector<int> rounds(kRanks, -1);
+  std::vector<std::vector<std::string>> secondStep(kRanks);
+  runRanks(kRanks, [&](int rank) {
+    ThreadControlPlane plane(group, rank);
+    Controller c(plane, 64);
+    std::vector<int> ids(kTensors);
+    for (int i = 0; i < kTensors; ++i) ids[static_cast<size_t>(i)] = i;
+    std::mt19937 rng(static_cast<unsigned>(rank + 1));
+    for (int step = 0; step < 2; ++step) {
+      std::shuffle(ids.begin(), ids.end(), rng);
+      PendingMap pending;
+      for (int i : ids) add(pending, msg("t" + std::to_string(i), {i + 1}));
+      auto out = cycle(c, pending);
+      EXPECT_TRUE(pending.empty()) << "rank " << rank << " step " << step;
+      for (const Response &r : out.responses) EXPECT_TRUE(r.ok()) << r.error;
+      if (step == 0) order[static_cast<size_t>(rank)] = names(out);
+      else {
+        secondStep[static_cast<size_t>(rank)] = names(out);
+        rounds[static_cast<size_t>(rank)] = out.coordinatorRounds;
+      }
+    }
+  });
+  for (int r = 1; r < kRanks; ++r) {
+    EXPECT_EQ(order[static_cast<size_t>(r)], order[0]);
+    EXPECT_EQ(secondStep[static_cast<size_t>(r)], secondStep[0]);
+  }
+  EXPECT_EQ(order[0].size(), static_cast<size_t>(kTensors));
+  EXPECT_EQ(secondStep[0].size(), static_cast<size_t>(kTensors));
+  for (int r = 0; r < kRanks; ++r) EXPECT_EQ(rounds[static_cast<size_t>(r)], 0) << "rank " << r;
+}
+
+TEST(Controller, ATensorWaitsUntilEveryRankHasSubmittedIt) {
+  ThreadGroup group(2);
+  runRanks(2, [&](int rank) {
+    ThreadControlPlane plane(group, rank);
+    Controller c(plane, 16);
+    PendingMap pending;
+    add(pending, msg("a", {2}));
+    if (rank == 0) add(pending, msg("late", {2}));
+    auto first = cycle(c, pending);
+    EXPECT_EQ(names(first), std::vector<std::string>{"a"});
+    if (rank == 1) add(pending, msg("late", {2}));
+    auto second = cycle(c, pending);
+    EXPECT_EQ(names(second), std::vector<std::string>{"late"});
+    EXPECT_TRUE(pending.empty());
+  });
+}
+
+TEST(Controller, MismatchFailsOnEveryRankWithWhoSentWhat) {
+  ThreadGroup group(4);
+  std::vector<Response> got(4);
+  runRanks(4, [&](int rank) {
+    ThreadControlPlane plane(group, rank);
+    Controller c(plane, 16);
+    PendingMap pending;
+    add(pending, msg("layer3.weight", {1024, rank == 1 ? 17 : 16}));
+    auto out = cycle(c, pending);
+    ASSERT_EQ(out.responses.size(), 1u);
+    got[static_cast<size_t>(rank)] = out.responses[0];
+    // The runtime stays usable: the next op goes through.
+    add(pending, msg("next", {3}));
+    auto after = cycle(c, pending);
+    ASSERT_EQ(after.responses.size(), 1u);
+    EXPECT_TRUE(after.responses[0].ok());
+  });
+  for (const Response &r : got) {
+    EXPECT_EQ(r.status, HORA_ERR_MISMATCH);
+    EXPECT_EQ(r.error,
+              "allreduce 'layer3.weight': ranks disagree on shape: ranks 0,2,3 [1024,16]; rank 1 "
+              "[1024,17]");
+  }
+}
+
+TEST(Controller, AChangedRequestDropsTheCacheEntryOnEveryRank) {
+  ThreadGroup group(3);
+  runRanks(3, [&](int rank) {
+    ThreadControlPlane plane(group, rank);
+    Controller c(plane, 16);
+    PendingMap pending;
+    add(pending, msg("w", {4}));
+    cycle(c, pending);
+    EXPECT_EQ(c.cache().size(), 1);
+    // Every rank now submits a new shape: the cached response must not be reused.
+    add(pending, msg("w", {8}));
+    auto out = cycle(c, pending);
+    ASSERT_EQ(out.responses.size(), 1u);
+    EXPECT_TRUE(out.responses[0].ok());
+    EXPECT_EQ(out.responses[0].agreed.shapes[0], (Shape{8}));
+    EXPECT_EQ(out.coordinatorRounds, 1);
+    // Only rank 2 changes: that is a mismatch, not a stale cache hit on ranks 0 and 1.
+    add(pending, msg("w", {rank == 2 ? 9 : 8}));
+    out = cycle(c, pending);
+    ASSERT_EQ(out.responses.size(), 1u);
+    EXPECT_EQ(out.responses[0].status, HORA_ERR_MISMATCH);
+  });
+}
+
+TEST(Controller, EvictionWhileWaitingFallsBackToTheCoordinator) {
+  // Capacity 2: rank 1 submits a cached name, then other tensors evict it before rank 0 submits.
+  ThreadGroup group(2);
+  runRanks(2, [&](int rank) {
+    ThreadControlPlane plane(group, rank);
+    Controller c(plane, 2);
+    PendingMap pending;
+    add(pending, msg("x", {1}));
+    cycle(c, pending);  // x cached
+    if (rank == 1) add(pending, msg("x", {1}));
+    for (const char *n : {"y", "z"}) {
+      add(pending, msg(n, {1}));
+      auto out = cycle(c, pending);
+      EXPECT_EQ(names(out), std::vector<std::string>{n});
+    }
+    if (rank == 0) add(pending, msg("x", {1}));
+    auto out = cycle(c, pending);
+    EXPECT_EQ(names(out), std::vector<std::string>{"x"});
+    EXPECT_TRUE(pending.empty());
+  });
+}
+
+TEST(Controller, ShutdownOnOneRankStopsEveryRank) {
+  ThreadGroup group(3);
+  runRanks(3, [&](int rank) {
+    ThreadControlPlane plane(group, rank);
+    Controller c(plane, 16);
+    PendingMap pending;
+    add(pending, msg("a", {1}));
+    auto out = c.negotiate(pending, rank == 2);
+    EXPECT_TRUE(out.shutdown);
+    EXPECT_TRUE(out.responses.empty());
+  });
+}
+
+TEST(Controller, CacheDisabledStillNegotiates) {
+  ThreadGroup group(2);
+  runRanks(2, [&](int rank) {
+    ThreadControlPlane plane(group, rank);
+    Controller c(plane, 0);
+    for (int step = 0; step < 3; ++step) {
+      PendingMap pending;
+      add(pending, msg("a", {1}));
+      add(pending, msg("b", {2}));
+      auto out = cycle(c, pending);
+      EXPECT_EQ(out.responses.size(), 2u);
+      EXPECT_EQ(out.coordinatorRounds, 1);
+    }
+  });
+}
+
+TEST(CheckAgreement, AllgatherCollectsFirstDimsAndChecksTrailingOnes) {
+  std::vector<RequestMsg> ok = {msg("g", {2, 3}, OpType::kAllgather),
+                                msg("g", {0, 3}, OpType::kAllgather),
+                                msg("g", {5, 3}, OpType::kAllgather)};
+  Response r = checkAgreement(ok);
+  ASSERT_TRUE(r.ok()) << r.error;
+  EXPECT_EQ(r.firstDims, (std::vector<int64_t>{2, 0, 5}));
+
+  std::vector<RequestMsg> bad = ok;
+  bad[1].shapes[0] = {1, 4};
+  r = checkAgreement(bad);
+  EXPECT_EQ(r.status, HORA_ERR_MISMATCH);
+  EXPECT_EQ(r.error,
+            "allgather 'g': ranks disagree on rank or trailing dimensions: ranks 0,2 [*,3]; rank 1 "
+            "[*,4]");
+}
+
+TEST(CheckAgreement, EveryFieldIsChecked) {
+  struct Case {
+    const char *field;
+    std::function<void(RequestMsg &)> change;
+  };
+  const std::vector<Case> cases = {
+      {"op", [](RequestMsg &m) { m.op = OpType::kBroadcast; }},
+      {"dtype", [](RequestMsg &m) { m.dtype = DType::kFloat64; }},
+      {"reduce op", [](RequestMsg &m) { m.reduceOp = ReduceOp::kMax; }},
+      {"prescale", [](RequestMsg &m) { m.prescale = 2.0; }},
+      {"postscale", [](RequestMsg &m) { m.postscale = 0.5; }},
+      {"device type", [](RequestMsg &m) { m.device = Device{2, 0}; }},
+      {"number of tensors", [](RequestMsg &m) { m.shapes.push_back({1}); }},
+  };
+  for (const Case &c : cases) {
+    std::vector<RequestMsg> per = {msg("t", {4}), msg("t", {4}), msg("t", {4})};
+    c.change(per[2]);
+    Response r = checkAgreement(per);
+    EXPECT_EQ(r.status, HORA_ERR_MISMATCH) << c.field;
+    EXPECT_NE(r.error.find(std::string("disagree on ") + c.field), std::string::npos) << r.error;
+    EXPECT_NE(r.error.find("rank 2"), std::string::npos) << r.error;
+  }
+  std::vector<RequestMsg> bc = {msg("b", {4}, OpType::kBroadcast), msg("b", {4}, OpType::kBroadcast)};
+  bc[1].root = 1;
+  Response r = checkAgreement(bc);
+  EXPECT_EQ(r.error, "broadcast 'b': ranks disagree on root: rank 0 0; rank 1 1");
+  // Different GPUs per rank are expected: the device id is not compared.
+  std::vector<RequestMsg> gpus = {msg("d", {4}), msg("d", {4})};
+  gpus[0].device = Device{2, 0};
+  gpus[1].device = Device{2, 1};
+  EXPECT_TRUE(checkAgreement(gpus).ok());
+}
+
+}  // namespace
+}  // namespace hora

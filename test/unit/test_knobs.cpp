@@ -1,0 +1,105 @@
+// SPDX-License-Identifier: Apache-2.0
+// The knob table: defaults, parsing, and clear errors for bad values.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+
+#include "base/error.h"
+#include "base/knobs.h"
+
+namespace hora {
+namespace {
+
+Knobs fromMap(const std::map<std::string, std::string> &env) {
+  return Knobs::fromLookup([&](const char *name) -> const char * {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  });
+}
+
+TEST(Knobs, DefaultsMatchDesign) {
+  Knobs k = fromMap({});
+  EXPECT_EQ(k.fusionThreshold, 64 * 1024 * 1024);
+  EXPECT_DOUBLE_EQ(k.cycleTimeMs, 0.5);
+  EXPECT_EQ(k.cacheCapacity, 1024);
+  EXPECT_EQ(k.cpuBackend, "auto");
+  EXPECT_EQ(k.timeline, "");
+  EXPECT_DOUBLE_EQ(k.stallWarningS, 60);
+  EXPECT_DOUBLE_EQ(k.stallShutdownS, 0);
+  EXPECT_DOUBLE_EQ(k.timeoutS, 300);
+  EXPECT_EQ(k.logLevel, LogLevel::kWarning);
+  EXPECT_EQ(k.bootstrap, "auto");
+}
+
+TEST(Knobs, TableDefaultsParseToTheStructDefaults) {
+  // Feeding each row's default string through its own parser must give the compiled default.
+  std::map<std::string, std::string> env;
+  for (const KnobSpec &spec : knobTable()) env[spec.name] = spec.defaultValue;
+  Knobs parsed = fromMap(env);
+  Knobs defaults;
+  for (const KnobSpec &spec : knobTable()) {
+    EXPECT_EQ(spec.show(parsed), spec.show(defaults)) << spec.name;
+  }
+}
+
+TEST(Knobs, EveryDesignKnobIsInTheTable) {
+  std::set<std::string> names;
+  for (const KnobSpec &spec : knobTable()) names.insert(spec.name);
+  for (const char *n : {"HORA_FUSION_THRESHOLD", "HORA_CYCLE_TIME_MS", "HORA_CACHE_CAPACITY",
+                        "HORA_CPU_BACKEND", "HORA_TIMELINE", "HORA_STALL_WARNING_S",
+                        "HORA_STALL_SHUTDOWN_S", "HORA_TIMEOUT_S", "HORA_LOG_LEVEL",
+                        "HORA_BOOTSTRAP"}) {
+    EXPECT_TRUE(names.count(n)) << n;
+  }
+}
+
+TEST(Knobs, ParsesValues) {
+  Knobs k = fromMap({{"HORA_FUSION_THRESHOLD", "1M"},
+                     {"HORA_CYCLE_TIME_MS", "2.5"},
+                     {"HORA_CACHE_CAPACITY", "0"},
+                     {"HORA_LOG_LEVEL", "DEBUG"},
+                     {"HORA_BOOTSTRAP", "single"}});
+  EXPECT_EQ(k.fusionThreshold, 1 << 20);
+  EXPECT_DOUBLE_EQ(k.cycleTimeMs, 2.5);
+  EXPECT_EQ(k.cacheCapacity, 0);
+  EXPECT_EQ(k.logLevel, LogLevel::kDebug);
+  EXPECT_EQ(k.bootstrap, "single");
+}
+
+TEST(Knobs, ParseBytes) {
+  int64_t b = 0;
+  EXPECT_TRUE(parseBytes("4096", &b));
+  EXPECT_EQ(b, 4096);
+  EXPECT_TRUE(parseBytes("64MiB", &b));
+  EXPECT_EQ(b, 64 << 20);
+  EXPECT_TRUE(parseBytes("2k", &b));
+  EXPECT_EQ(b, 2048);
+  EXPECT_TRUE(parseBytes("1G", &b));
+  EXPECT_EQ(b, int64_t{1} << 30);
+  EXPECT_FALSE(parseBytes("", &b));
+  EXPECT_FALSE(parseBytes("-1", &b));
+  EXPECT_FALSE(parseBytes("12 apples", &b));
+  EXPECT_FALSE(parseBytes("1T", &b));
+}
+
+TEST(Knobs, BadValuesNameTheKnobAndTheValue) {
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"HORA_FUSION_THRESHOLD", "lots"}, {"HORA_CYCLE_TIME_MS", "-1"},
+      {"HORA_CACHE_CAPACITY", "1.5"},    {"HORA_LOG_LEVEL", "loud"},
+      {"HORA_BOOTSTRAP", "magic"},       {"HORA_TIMEOUT_S", "0"},
+      {"HORA_CPU_BACKEND", "ucx"},       {"HORA_CYCLE_TIME_MS", "nan"}};
+  for (const auto &kv : bad) {
+    try {
+      fromMap({{kv.first, kv.second}});
+      ADD_FAILURE() << kv.first << "=" << kv.second << " was accepted";
+    } catch (const Error &e) {
+      EXPECT_EQ(e.status(), HORA_ERR_INVALID_ARGUMENT);
+      EXPECT_NE(e.message().find(kv.first), std::string::npos) << e.message();
+      EXPECT_NE(e.message().find("'" + kv.second + "'"), std::string::npos) << e.message();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hora

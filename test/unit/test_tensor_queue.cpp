@@ -1,0 +1,103 @@
+// SPDX-License-Identifier: Apache-2.0
+// The tensor queue: duplicate names, wake-ups, batching window, flush and close.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "core/tensor_queue.h"
+
+namespace hora {
+namespace {
+
+using namespace std::chrono;
+
+RequestPtr req(const std::string &name, int32_t set = 0) {
+  RequestMsg m;
+  m.name = name;
+  m.shapes = {{1}};
+  return std::make_shared<Request>(m, set, std::vector<TensorArg>{});
+}
+
+TEST(TensorQueue, DuplicateNameInFlightIsRefusedUntilReleased) {
+  TensorQueue q;
+  q.push(req("a"));
+  try {
+    q.push(req("a"));
+    FAIL() << "duplicate accepted";
+  } catch (const Error &e) {
+    EXPECT_EQ(e.status(), HORA_ERR_DUPLICATE_NAME);
+    EXPECT_NE(e.message().find("'a'"), std::string::npos);
+  }
+  q.push(req("a", 3));  // same name in another process set is a different request
+  auto got = q.waitAndPop(false, steady_clock::now(), nanoseconds(0));
+  EXPECT_EQ(got.size(), 2u);
+  EXPECT_THROW(q.push(req("a")), Error);  // popped but still in flight
+  q.release(0, "a");
+  EXPECT_NO_THROW(q.push(req("a")));
+}
+
+TEST(TensorQueue, IdleWaitWakesOnPush) {
+  TensorQueue q;
+  std::thread producer([&] {
+    std::this_thread::sleep_for(milliseconds(50));
+    q.push(req("x"));
+  });
+  const auto t0 = steady_clock::now();
+  auto got = q.waitAndPop(false, steady_clock::now(), nanoseconds(0));
+  producer.join();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_GE(steady_clock::now() - t0, milliseconds(40));
+}
+
+TEST(TensorQueue, BusyWaitEndsAtTheDeadline) {
+  TensorQueue q;
+  auto got = q.waitAndPop(true, steady_clock::now() + milliseconds(20), nanoseconds(0));
+  EXPECT_TRUE(got.empty());
+}
+
+TEST(TensorQueue, BatchWindowCollectsLaterArrivalsAndFlushEndsIt) {
+  TensorQueue q;
+  q.push(req("a"));
+  std::thread producer([&] {
+    std::this_thread::sleep_for(milliseconds(10));
+    q.push(req("b"));
+  });
+  auto got = q.waitAndPop(false, steady_clock::now(), milliseconds(200));
+  producer.join();
+  EXPECT_EQ(got.size(), 2u);
+
+  q.push(req("c"));
+  std::thread flusher([&] {
+    std::this_thread::sleep_for(milliseconds(10));
+    q.requestFlush();
+  });
+  const auto t0 = steady_clock::now();
+  got = q.waitAndPop(false, steady_clock::now(), seconds(30));
+  flusher.join();
+  EXPECT_EQ(got.size(), 1u);
+  EXPECT_LT(steady_clock::now() - t0, seconds(10));
+}
+
+TEST(TensorQueue, ShutdownWakesAndCloseRefusesWithItsStatus) {
+  TensorQueue q;
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(milliseconds(10));
+    q.requestShutdown();
+  });
+  auto got = q.waitAndPop(false, steady_clock::now(), nanoseconds(0));
+  stopper.join();
+  EXPECT_TRUE(got.empty());
+  EXPECT_TRUE(q.shutdownRequested());
+  q.push(req("late"));
+  auto left = q.close(Status{HORA_ERR_SHUT_DOWN, "stopped"});
+  EXPECT_EQ(left.size(), 1u);
+  try {
+    q.push(req("after"));
+    FAIL() << "push after close accepted";
+  } catch (const Error &e) {
+    EXPECT_EQ(e.status(), HORA_ERR_SHUT_DOWN);
+  }
+}
+
+}  // namespace
+}  // namespace hora

@@ -1,0 +1,39 @@
+// SPDX-License-Identifier: Apache-2.0
+// hora-info: the build configuration and every HORA_* knob with its default and current value.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "base/error.h"
+#include "base/knobs.h"
+#include "hora_config.h"
+
+int main() {
+  std::printf("hora %s (%s build, %s)\n", HORA_VERSION, HORA_BUILDTYPE, HORA_COMPILER);
+  std::printf("  bootstraps:   mpi %s, single yes, env:// no (issue 4), slurm no (issue 4)\n",
+              HORA_HAVE_MPI ? "yes" : "no (built without MPI)");
+  std::printf("  cpu backends: mpi %s, gloo no (issue 4), self (world of one) yes\n",
+              HORA_HAVE_MPI ? "yes" : "no");
+  std::printf("  gpu backends: nccl no (issue 6)\n\n");
+
+  hora::Knobs current;
+  std::string error;
+  try {
+    current = hora::Knobs::fromEnvironment();
+  } catch (const hora::Error &e) {
+    error = e.message();
+  }
+  std::printf("%-24s %-10s %-12s %s\n", "knob", "default", "current", "meaning");
+  for (const hora::KnobSpec &k : hora::knobTable()) {
+    const char *set = std::getenv(k.name);
+    std::string value = k.show(current);
+    if (set != nullptr) value += " (set)";
+    std::printf("%-24s %-10s %-12s %s\n", k.name, k.defaultValue[0] ? k.defaultValue : "unset",
+                value.empty() ? "unset" : value.c_str(), k.doc);
+  }
+  if (!error.empty()) {
+    std::printf("\nerror: %s\n", error.c_str());
+    return 1;
+  }
+  return 0;
+}
