@@ -3,6 +3,7 @@
 #include <hora/hora.h>
 
 #include <climits>
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -12,6 +13,7 @@
 #include "base/error.h"
 #include "base/knobs.h"
 #include "base/logging.h"
+#include "bootstrap/bootstrap.h"
 #include "core/engine.h"
 
 struct hora_request {
@@ -36,6 +38,25 @@ std::shared_ptr<Engine> currentEngine() {
   std::lock_guard<std::mutex> lock(gEngineMutex);
   return gEngine;
 }
+
+// At process exit: a runtime still running (hora_shutdown was not called, or the program is
+// exiting on an error) is stopped first, with a bounded wait since a peer may be gone; only a
+// runtime that stopped lets MPI be finalized, as MPI may not be finalized under a thread in it.
+void stopAtExit() {
+  bool stopped = true;
+  std::shared_ptr<Engine> engine;
+  {
+    std::lock_guard<std::mutex> lock(gEngineMutex);
+    engine = gEngine;
+  }
+  if (engine && engine->running()) {
+    HORA_LOG(kWarning) << "the process is exiting without hora_shutdown; shutting hora down";
+    stopped = engine->shutdownWithin(std::chrono::seconds(10));
+    if (!stopped) HORA_LOG(kWarning) << "hora did not stop within 10 s; MPI is left unfinalized";
+  }
+  if (stopped) finalizeAtExit();
+}
+std::once_flag gAtExitOnce;
 
 std::shared_ptr<Engine> requireEngine(const char *call) {
   std::shared_ptr<Engine> engine = currentEngine();
@@ -196,6 +217,10 @@ Call makeCall(const Engine &engine, OpType op, const char *name, int32_t process
     HORA_THROW(HORA_ERR_INVALID_ARGUMENT, opTypeName(op), " '", name ? call.name : "(unnamed)",
                "': unknown process set ", processSet);
   }
+  if (engine.processSetRank(processSet) < 0) {
+    HORA_THROW(HORA_ERR_INVALID_ARGUMENT, opTypeName(op), " '", name ? call.name : "(unnamed)",
+               "': rank ", engine.topology().rank, " is not a member of process set ", processSet);
+  }
   if (name == nullptr) {
     std::lock_guard<std::mutex> lock(gNamesMutex);
     const uint64_t n = gAutoNames[{processSet, static_cast<int>(op)}]++;
@@ -292,6 +317,8 @@ hora_status_t hora_init(void) {
     Knobs knobs = Knobs::fromEnvironment();
     setLogLevel(knobs.logLevel);
     std::shared_ptr<Engine> engine = Engine::start(knobs);
+    // Registered after the first start, so it runs before any exit handler MPI registered then.
+    std::call_once(gAtExitOnce, [] { std::atexit(stopAtExit); });
     {
       std::lock_guard<std::mutex> lock(gNamesMutex);
       gAutoNames.clear();
@@ -387,31 +414,97 @@ hora_status_t hora_allgather_async(const char *name, const DLTensor *input, int3
   });
 }
 
-hora_status_t hora_alltoall_async(const char *name, const DLTensor *, const int64_t *, int32_t,
-                                  hora_request_t *) {
+hora_status_t hora_alltoall_async(const char *name, const DLTensor *input, const int64_t *splits,
+                                  int32_t process_set, hora_request_t *request_p) {
   return guarded([&] {
-    HORA_THROW(HORA_ERR_UNSUPPORTED, "alltoall '", name ? name : "(unnamed)",
-               "': alltoall is not available in this version (issue 3)");
+    auto engine = requireEngine("alltoall");
+    Call call = makeCall(*engine, OpType::kAlltoall, name, process_set);
+    checkRequestPtr(call, request_p);
+    Parsed t = parseTensor(call, "input", input);
+    if (t.shape.empty()) {
+      HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call.where(),
+                 ": input is a scalar (ndim 0); alltoall splits the first dimension");
+    }
+    const int size = engine->processSetSize(process_set);
+    const int64_t rows = t.shape[0];
+    RequestMsg msg;
+    msg.dtype = t.dtype;
+    msg.device = t.device;
+    msg.shapes.push_back(t.shape);
+    if (splits == nullptr) {
+      if (rows % size != 0) {
+        HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call.where(), ": splits is NULL (even split) but ",
+                   rows, " rows do not divide among ", size, " ranks");
+      }
+      msg.splits.assign(static_cast<size_t>(size), rows / size);
+    } else {
+      int64_t sum = 0;
+      for (int r = 0; r < size; ++r) {
+        if (splits[r] < 0) {
+          HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call.where(), ": splits[", r, "] is negative (",
+                     splits[r], ")");
+        }
+        sum += splits[r];
+        msg.splits.push_back(splits[r]);
+      }
+      if (sum != rows) {
+        HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call.where(), ": splits ", shapeString(msg.splits),
+                   " sum to ", sum, " but the first dimension is ", rows);
+      }
+    }
+    submit(*engine, call, std::move(msg), {TensorArg{t.data, nullptr, t.numel}}, request_p);
   });
 }
 
-hora_status_t hora_reducescatter_async(const char *name, const DLTensor *, hora_reduce_op_t,
-                                       int32_t, hora_request_t *) {
+hora_status_t hora_reducescatter_async(const char *name, const DLTensor *input,
+                                       hora_reduce_op_t op, int32_t process_set,
+                                       hora_request_t *request_p) {
   return guarded([&] {
-    HORA_THROW(HORA_ERR_UNSUPPORTED, "reducescatter '", name ? name : "(unnamed)",
-               "': reducescatter is not available in this version (issue 3)");
+    auto engine = requireEngine("reducescatter");
+    Call call = makeCall(*engine, OpType::kReducescatter, name, process_set);
+    checkRequestPtr(call, request_p);
+    Parsed t = parseTensor(call, "input", input);
+    if (t.shape.empty()) {
+      HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call.where(),
+                 ": input is a scalar (ndim 0); reducescatter splits the first dimension");
+    }
+    checkOp(call, op, t.dtype, 1.0, 1.0);
+    RequestMsg msg;
+    msg.dtype = t.dtype;
+    msg.device = t.device;
+    msg.reduceOp = static_cast<ReduceOp>(op);
+    msg.shapes.push_back(t.shape);
+    submit(*engine, call, std::move(msg), {TensorArg{t.data, nullptr, t.numel}}, request_p);
   });
 }
 
-hora_status_t hora_barrier(int32_t) {
-  return guarded([] {
-    HORA_THROW(HORA_ERR_UNSUPPORTED, "barrier is not available in this version (issue 3)");
+// Submits an op without tensors to `processSet` and waits for it; returns the request.
+RequestPtr runBlocking(Engine &engine, OpType op, int32_t processSet, std::vector<int64_t> args) {
+  Call call = makeCall(engine, op, nullptr, processSet);
+  RequestMsg msg;
+  msg.name = call.name;
+  msg.op = op;
+  msg.splits = std::move(args);
+  auto request = std::make_shared<Request>(std::move(msg), processSet, std::vector<TensorArg>{});
+  engine.submit(request);
+  engine.flush(processSet);
+  Status status = request->wait();
+  if (!status.ok()) throw Error(status.code, status.message, __FILE__, __LINE__);
+  return request;
+}
+
+hora_status_t hora_barrier(int32_t process_set) {
+  return guarded([&] {
+    auto engine = requireEngine("barrier");
+    runBlocking(*engine, OpType::kBarrier, process_set, {});
   });
 }
 
-hora_status_t hora_join(int32_t, int *) {
-  return guarded([] {
-    HORA_THROW(HORA_ERR_UNSUPPORTED, "join is not available in this version (issue 3)");
+hora_status_t hora_join(int32_t process_set, int *last_joined_rank_p) {
+  return guarded([&] {
+    auto engine = requireEngine("join");
+    RequestPtr r = runBlocking(*engine, OpType::kJoin, process_set, {});
+    if (last_joined_rank_p != nullptr) *last_joined_rank_p = static_cast<int>(r->result);
   });
 }
 
@@ -427,7 +520,7 @@ hora_status_t hora_wait(hora_request_t request) {
   return guarded([&] {
     hora_request *r = checkHandle(request, "hora_wait");
     if (!r->impl->done()) {
-      if (std::shared_ptr<Engine> engine = currentEngine()) engine->flush();
+      if (std::shared_ptr<Engine> engine = currentEngine()) engine->flush(r->impl->processSet());
     }
     Status status = r->impl->wait();
     if (!status.ok()) throw Error(status.code, status.message, __FILE__, __LINE__);
@@ -441,21 +534,55 @@ const DLTensor *hora_request_output(hora_request_t request) {
   return request->impl->output();
 }
 
-const int64_t *hora_request_received_splits(hora_request_t) { return nullptr; }
+const int64_t *hora_request_received_splits(hora_request_t request) {
+  if (hora_request_output(request) == nullptr || request->impl->msg().op != OpType::kAlltoall) {
+    return nullptr;
+  }
+  return request->impl->receivedSplits.data();
+}
 
 void hora_request_free(hora_request_t request) { delete request; }
 
-hora_status_t hora_process_set_create(const int *, int, int32_t *) {
-  return guarded([] {
-    HORA_THROW(HORA_ERR_UNSUPPORTED,
-               "hora_process_set_create: process sets are not available in this version (issue 3)");
+hora_status_t hora_process_set_create(const int *ranks, int nranks, int32_t *id_p) {
+  return guarded([&] {
+    auto engine = requireEngine("hora_process_set_create");
+    if (ranks == nullptr || id_p == nullptr) {
+      HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "hora_process_set_create: ",
+                 ranks ? "id_p" : "ranks", " is NULL");
+    }
+    const int world = engine->topology().size;
+    if (nranks < 1 || nranks > world) {
+      HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "hora_process_set_create: nranks ", nranks,
+                 " is outside [1, ", world, "]");
+    }
+    std::vector<int64_t> sorted(ranks, ranks + nranks);
+    std::sort(sorted.begin(), sorted.end());
+    for (size_t i = 0; i < sorted.size(); ++i) {
+      if (sorted[i] < 0 || sorted[i] >= world) {
+        HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "hora_process_set_create: rank ", sorted[i],
+                   " is outside the world [0, ", world, ")");
+      }
+      if (i > 0 && sorted[i] == sorted[i - 1]) {
+        HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "hora_process_set_create: rank ", sorted[i],
+                   " is listed twice");
+      }
+    }
+    RequestPtr r = runBlocking(*engine, OpType::kProcessSetCreate, 0, std::move(sorted));
+    *id_p = static_cast<int32_t>(r->result);
   });
 }
 
 hora_status_t hora_process_set_destroy(int32_t id) {
   return guarded([&] {
-    if (id == 0) HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "hora_process_set_destroy: set 0 (all ranks) cannot be destroyed");
-    HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "hora_process_set_destroy: unknown process set ", id);
+    auto engine = requireEngine("hora_process_set_destroy");
+    if (id == 0) {
+      HORA_THROW(HORA_ERR_INVALID_ARGUMENT,
+                 "hora_process_set_destroy: set 0 (all ranks) cannot be destroyed");
+    }
+    if (engine->processSetSize(id) < 0) {
+      HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "hora_process_set_destroy: unknown process set ", id);
+    }
+    runBlocking(*engine, OpType::kProcessSetDestroy, 0, {id});
   });
 }
 

@@ -10,10 +10,10 @@
 
 namespace hora {
 
-// The CPU data plane for the world: walks the registered backends in order (HORA_CPU_BACKEND
+// The CPU data plane for `group` (the world or a process set): walks the registered backends in order (HORA_CPU_BACKEND
 // first if set) and returns the first that can serve this world. Throws Error(UNSUPPORTED)
 // saying which backends were considered and why each could not serve.
-std::unique_ptr<Backend> createCpuBackend(const Knobs &knobs, Bootstrap &bootstrap);
+std::unique_ptr<Backend> createCpuBackend(const Knobs &knobs, Bootstrap &bootstrap, Group &group);
 
 // A world of one: copies.
 std::unique_ptr<Backend> createSelfBackend();

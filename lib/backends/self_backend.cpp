@@ -17,10 +17,18 @@ class SelfBackend final : public Backend {
   void allgatherv(const void *in, void *out, const std::vector<int64_t> &bytesPerRank) override {
     copy(out, in, static_cast<size_t>(bytesPerRank.at(0)));
   }
+  void alltoallv(const void *in, const std::vector<int64_t> &sendBytes, void *out,
+                 const std::vector<int64_t> &) override {
+    copy(out, in, static_cast<size_t>(sendBytes.at(0)));
+  }
+  void reducescatter(const void *in, void *out, const std::vector<int64_t> &counts, DType dtype,
+                     ReduceOp) override {
+    copy(out, in, static_cast<size_t>(counts.at(0)) * dtypeSize(dtype));
+  }
 
  private:
   static void copy(void *dst, const void *src, size_t n) {
-    if (n != 0 && dst != src) std::memcpy(dst, src, n);
+    if (n != 0 && dst != src) std::memmove(dst, src, n);
   }
 };
 

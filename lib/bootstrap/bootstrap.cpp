@@ -46,6 +46,12 @@ std::unique_ptr<Bootstrap> mpiBootstrap(const Knobs &knobs) {
 
 }  // namespace
 
+void finalizeAtExit() {
+#if HORA_HAVE_MPI
+  finalizeMpiIfOurs();
+#endif
+}
+
 std::unique_ptr<Bootstrap> createBootstrap(const Knobs &knobs) {
   const std::string &mode = knobs.bootstrap;
   if (mode == "mpi") return mpiBootstrap(knobs);

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // A world of one: every collective of the control plane is the identity.
+#include "base/error.h"
 #include "bootstrap/bootstrap.h"
 
 namespace hora {
@@ -14,16 +15,27 @@ class SelfControlPlane final : public ControlPlane {
   void broadcastFromRoot(std::string &) override {}
 };
 
+class SelfGroup final : public Group {
+ public:
+  ControlPlane &control() override { return plane_; }
+  void poison() override {}
+
+ private:
+  SelfControlPlane plane_;
+};
+
 class SingleBootstrap final : public Bootstrap {
  public:
   const char *launcher() const override { return "single"; }
   const Topology &topology() const override { return topology_; }
-  ControlPlane &worldControl() override { return plane_; }
-  void poison() override {}
+  std::unique_ptr<Group> worldGroup() override { return std::make_unique<SelfGroup>(); }
+  std::unique_ptr<Group> createGroup(Group &, const std::vector<int> &ranks) override {
+    HORA_ENFORCE(ranks.size() == 1 && ranks[0] == 0, "a world of one has only rank 0");
+    return std::make_unique<SelfGroup>();
+  }
 
  private:
   Topology topology_;
-  SelfControlPlane plane_;
 };
 
 }  // namespace

@@ -28,6 +28,14 @@ class Backend {
   virtual void broadcast(void *buf, int64_t bytes, int root) = 0;
   // out = concatenation over ranks of each rank's in; bytesPerRank[r] is rank r's length.
   virtual void allgatherv(const void *in, void *out, const std::vector<int64_t> &bytesPerRank) = 0;
+  // Rank r's block of `in` (sendBytes[r] bytes, blocks in rank order) goes to rank r; out gets
+  // the blocks every rank sent here, in rank order (recvBytes[r] from rank r).
+  virtual void alltoallv(const void *in, const std::vector<int64_t> &sendBytes, void *out,
+                         const std::vector<int64_t> &recvBytes) = 0;
+  // `in` holds one block per rank, in rank order, counts[r] elements each; out (counts[rank]
+  // elements) = op over ranks of their block for this rank. op is never kAverage.
+  virtual void reducescatter(const void *in, void *out, const std::vector<int64_t> &counts,
+                             DType dtype, ReduceOp op) = 0;
 };
 
 }  // namespace hora

@@ -14,6 +14,7 @@ namespace {
 
 constexpr uint64_t kFlagNothingNew = 1u << 0;  // inverted: cleared by a rank with new requests
 constexpr uint64_t kFlagNoShutdown = 1u << 1;  // inverted: cleared by a rank shutting down
+constexpr uint64_t kFlagNobodyJoined = 1u << 2;  // inverted: cleared by a rank in hora_join
 
 size_t wordsFor(int bits) { return (static_cast<size_t>(bits) + 63) / 64; }
 bool testBit(const std::vector<uint64_t> &w, size_t base, int bit) {
@@ -47,19 +48,21 @@ std::string fmtDouble(double v) {
 }
 
 // If ranks disagree on `field` (rendered by `show`), the message naming which ranks sent what.
-std::optional<std::string> disagreement(const std::vector<RequestMsg> &perRank, const char *field,
+// Ranks without a request (joined) are left out.
+std::optional<std::string> disagreement(const std::vector<const RequestMsg *> &perRank,
+                                        const RequestMsg &first, const char *field,
                                         const std::function<std::string(const RequestMsg &)> &show) {
   std::vector<std::pair<std::string, std::vector<int>>> groups;
   for (size_t r = 0; r < perRank.size(); ++r) {
-    const std::string v = show(perRank[r]);
+    if (perRank[r] == nullptr) continue;
+    const std::string v = show(*perRank[r]);
     auto it = std::find_if(groups.begin(), groups.end(), [&](const auto &g) { return g.first == v; });
     if (it == groups.end()) groups.push_back({v, {static_cast<int>(r)}});
     else it->second.push_back(static_cast<int>(r));
   }
   if (groups.size() <= 1) return std::nullopt;
   std::ostringstream s;
-  s << opTypeName(perRank[0].op) << " '" << perRank[0].name << "': ranks disagree on " << field
-    << ": ";
+  s << opTypeName(first.op) << " '" << first.name << "': ranks disagree on " << field << ": ";
   for (size_t g = 0; g < groups.size(); ++g) {
     s << (g ? "; " : "") << (groups[g].second.size() == 1 ? "rank " : "ranks ")
       << rankList(groups[g].second) << ' ' << groups[g].first;
@@ -67,15 +70,47 @@ std::optional<std::string> disagreement(const std::vector<RequestMsg> &perRank, 
   return s.str();
 }
 
+std::string splitsString(const std::vector<int64_t> &v) { return shapeString(v); }
+
 }  // namespace
 
+bool cacheable(const Response &response) {
+  if (!response.ok() || !response.joined.empty()) return false;
+  switch (response.agreed.op) {
+    case OpType::kAllreduce:
+    case OpType::kBroadcast:
+    case OpType::kAllgather:
+    case OpType::kAlltoall:
+    case OpType::kReducescatter: return true;
+    default: return false;
+  }
+}
+
 Response checkAgreement(const std::vector<RequestMsg> &perRank) {
-  HORA_ENFORCE(!perRank.empty(), "agreement check over no ranks");
+  std::vector<const RequestMsg *> ptrs;
+  for (const RequestMsg &m : perRank) ptrs.push_back(&m);
+  return checkAgreement(ptrs);
+}
+
+Response checkAgreement(const std::vector<const RequestMsg *> &perRank) {
+  const RequestMsg *firstPtr = nullptr;
+  for (const RequestMsg *m : perRank) {
+    if (m != nullptr) {
+      firstPtr = m;
+      break;
+    }
+  }
+  HORA_ENFORCE(firstPtr != nullptr, "agreement check over no requests");
+  const RequestMsg &first = *firstPtr;
   Response resp;
-  resp.agreed = perRank[0];
-  const OpType op = perRank[0].op;
-  auto fail = [&](std::string message) {
-    resp.status = HORA_ERR_MISMATCH;
+  resp.agreed = first;
+  const int size = static_cast<int>(perRank.size());
+  for (int r = 0; r < size; ++r) {
+    if (perRank[static_cast<size_t>(r)] == nullptr) resp.joined.push_back(r);
+  }
+  const OpType op = first.op;
+  auto fail = [&](hora_status_t status, std::string message) {
+    resp.status = status;
     resp.error = std::move(message);
     return resp;
   };
@@ -96,30 +131,51 @@ Response checkAgreement(const std::vector<RequestMsg> &perRank) {
   if (op == OpType::kBroadcast) {
     fields.push_back({"root", [](const RequestMsg &m) { return std::to_string(m.root); }});
   }
-  for (const auto &f : fields) {
-    if (auto msg = disagreement(perRank, f.first, f.second)) return fail(*msg);
+  if (op == OpType::kProcessSetCreate) {
+    fields.push_back({"ranks", [](const RequestMsg &m) { return splitsString(m.splits); }});
   }
-  // Shapes: allgather may differ in the first dimension only.
-  const bool firstDimFree = op == OpType::kAllgather;
-  const size_t ntensors = perRank[0].shapes.size();
+  if (op == OpType::kProcessSetDestroy) {
+    fields.push_back({"process set", [](const RequestMsg &m) { return splitsString(m.splits); }});
+  }
+  for (const auto &f : fields) {
+    if (auto msg = disagreement(perRank, first, f.first, f.second)) {
+      return fail(HORA_ERR_MISMATCH, *msg);
+    }
+  }
+  // Shapes: allgather and alltoall may differ in the first dimension only.
+  const bool firstDimFree = op == OpType::kAllgather || op == OpType::kAlltoall;
+  const size_t ntensors = first.shapes.size();
   for (size_t t = 0; t < ntensors; ++t) {
-    std::string field = ntensors == 1 ? "shape" : "shape of tensor " + std::to_string(t);
-    if (firstDimFree) field = ntensors == 1 ? "rank or trailing dimensions"
-                                            : "rank or trailing dimensions of tensor " +
-                                                  std::to_string(t);
-    auto msg = disagreement(perRank, field.c_str(), [&](const RequestMsg &m) {
+    const std::string suffix = ntensors == 1 ? "" : " of tensor " + std::to_string(t);
+    const std::string field =
+        (firstDimFree ? "rank or trailing dimensions" : "shape") + suffix;
+    auto msg = disagreement(perRank, first, field.c_str(), [&](const RequestMsg &m) {
       const Shape &s = m.shapes[t];
       if (!firstDimFree || s.empty()) return shapeString(s);
       std::string text = "[*";  // the first dimension is each rank's own
       for (size_t d = 1; d < s.size(); ++d) text += "," + std::to_string(s[d]);
       return text + "]";
     });
-    if (msg) return fail(*msg);
+    if (msg) return fail(HORA_ERR_MISMATCH, *msg);
   }
-  if (firstDimFree) {
+  if (op == OpType::kBroadcast && first.root >= 0 && first.root < size &&
+      perRank[static_cast<size_t>(first.root)] == nullptr) {
+    return fail(HORA_ERR_INVALID_ARGUMENT,
+                detail::concat("broadcast '", first.name, "': root rank ", first.root,
+                               " has joined (hora_join) and has no data to send"));
+  }
+  if (op == OpType::kAllgather) {
     resp.firstDims.reserve(ntensors * perRank.size());
     for (size_t t = 0; t < ntensors; ++t) {
-      for (const RequestMsg &m : perRank) resp.firstDims.push_back(m.shapes[t].at(0));
+      for (const RequestMsg *m : perRank) resp.firstDims.push_back(m ? m->shapes[t].at(0) : 0);
+    }
+  }
+  if (op == OpType::kAlltoall) {
+    resp.firstDims.reserve(perRank.size() * perRank.size());
+    for (const RequestMsg *m : perRank) {
+      for (int r = 0; r < size; ++r) {
+        resp.firstDims.push_back(m ? m->splits.at(static_cast<size_t>(r)) : 0);
+      }
     }
   }
   return resp;
@@ -139,15 +195,20 @@ Controller::Outcome Controller::negotiate(const PendingMap &pending, bool reques
 
   // Requests not yet sent to the coordinator, oldest first, with their cache standing.
   std::vector<Request *> unsent;
+  bool joined = false;
   for (const auto &kv : pending) {
     if (!kv.second->sentToCoordinator) unsent.push_back(kv.second.get());
+    if (kv.second->msg().op == OpType::kJoin) joined = true;
   }
   std::sort(unsent.begin(), unsent.end(),
             [](const Request *a, const Request *b) { return a->submitted() < b->submitted(); });
+  auto isHit = [this](const Request *r, int *slot) {
+    return r->msg().op != OpType::kJoin && cache_.lookup(r->msg(), slot) == ResponseCache::Lookup::kHit;
+  };
   bool haveNew = false;
   for (Request *r : unsent) {
     int slot = -1;
-    switch (cache_.lookup(r->msg(), &slot)) {
+    switch (r->msg().op == OpType::kJoin ? ResponseCache::Lookup::kMiss : cache_.lookup(r->msg(), &slot)) {
       case ResponseCache::Lookup::kHit: setBit(words, hitBase, slot); break;
       case ResponseCache::Lookup::kChanged: clearBit(words, dropBase, slot); break;
       case ResponseCache::Lookup::kMiss: haveNew = true; break;
@@ -155,6 +216,7 @@ Controller::Outcome Controller::negotiate(const PendingMap &pending, bool reques
   }
   if (haveNew) words[0] &= ~kFlagNothingNew;
   if (requestShutdown) words[0] &= ~kFlagNoShutdown;
+  if (joined) words[0] &= ~kFlagNobodyJoined;
 
   plane_.allreduceAnd(words);
 
@@ -169,6 +231,9 @@ Controller::Outcome Controller::negotiate(const PendingMap &pending, bool reques
       dropped = true;
     }
   }
+  // A joined rank sets no hit bits, so no cached response can be ready while one is joined;
+  // everything then goes through the coordinator, which counts joined ranks as present.
+  const bool someoneJoined = !(words[0] & kFlagNobodyJoined);
   std::vector<int> hitSlots;
   for (int slot = 0; slot < capacity; ++slot) {
     if (testBit(words, hitBase, slot) && cache_.occupied(slot)) {
@@ -177,14 +242,14 @@ Controller::Outcome Controller::negotiate(const PendingMap &pending, bool reques
     }
   }
 
-  const bool coordinatorRound = !(words[0] & kFlagNothingNew) || dropped;
+  const bool coordinatorRound = !(words[0] & kFlagNothingNew) || dropped || someoneJoined;
   std::vector<Response> fresh;
   if (coordinatorRound) {
     out.coordinatorRounds = 1;
     std::vector<RequestMsg> toSend;
     for (Request *r : unsent) {
       int slot = -1;
-      if (cache_.lookup(r->msg(), &slot) == ResponseCache::Lookup::kHit) continue;
+      if (!someoneJoined && isHit(r, &slot)) continue;
       toSend.push_back(r->msg());
       r->sentToCoordinator = true;
     }
@@ -200,45 +265,84 @@ Controller::Outcome Controller::negotiate(const PendingMap &pending, bool reques
 
   // Same updates in the same order on every rank keeps the caches (and slot numbers) identical.
   for (int slot : hitSlots) cache_.touch(slot);
+  const int me = plane_.rank();
   for (const Response &resp : fresh) {
     auto it = pending.find(resp.agreed.name);
-    HORA_ENFORCE(it != pending.end(), "coordinator answered '", resp.agreed.name,
-                 "', which this rank has not submitted");
-    cache_.put(resp, it->second->msg());
+    if (it == pending.end()) {
+      HORA_ENFORCE(std::find(resp.joined.begin(), resp.joined.end(), me) != resp.joined.end(),
+                   "coordinator answered '", resp.agreed.name,
+                   "', which this rank has not submitted");
+      continue;  // joined: takes part with zeros; such responses are never cached
+    }
+    if (cacheable(resp)) cache_.put(resp, it->second->msg());
   }
   for (Response &resp : fresh) out.responses.push_back(std::move(resp));
   return out;
 }
 
+bool Controller::ready(const TableEntry &entry) const {
+  for (size_t r = 0; r < entry.perRank.size(); ++r) {
+    if (!entry.perRank[r].has_value() && !joinedRanks_[r]) return false;
+  }
+  return true;
+}
+
 std::vector<Response> Controller::coordinate(const std::vector<std::string> &blobs) {
   const int size = plane_.size();
-  std::vector<Response> ready;
+  if (joinedRanks_.empty()) joinedRanks_.assign(static_cast<size_t>(size), false);
+  bool joinsArrived = false;
+  std::vector<std::string> candidates;  // names that may have become ready, in arrival order
   for (int r = 0; r < size; ++r) {
     for (RequestMsg &msg : decodeRequests(blobs[static_cast<size_t>(r)])) {
       TableEntry &entry = table_[msg.name];
-      if (entry.perRank.empty()) entry.perRank.resize(static_cast<size_t>(size));
+      if (entry.perRank.empty()) {
+        entry.perRank.resize(static_cast<size_t>(size));
+        entry.arrival = arrivals_++;
+      }
       auto &slot = entry.perRank[static_cast<size_t>(r)];
       HORA_ENFORCE(!slot.has_value(), "rank ", r, " sent '", msg.name, "' twice");
-      const std::string name = msg.name;
-      slot = std::move(msg);
-      if (++entry.count == size) {
-        ready.push_back(validate(name, entry));
-        table_.erase(name);
+      if (msg.op == OpType::kJoin) {
+        joinedRanks_[static_cast<size_t>(r)] = true;
+        lastJoined_ = r;
+        joinsArrived = true;
       }
+      candidates.push_back(msg.name);
+      slot = std::move(msg);
     }
   }
-  return ready;
-}
-
-Response Controller::validate(const std::string &, const TableEntry &entry) const {
-  std::vector<RequestMsg> perRank;
-  perRank.reserve(entry.perRank.size());
-  for (const auto &m : entry.perRank) perRank.push_back(*m);
-  Response resp = checkAgreement(perRank);
-  if (!resp.ok()) {
-    HORA_LOG(kWarning) << resp.error;
+  // A join can make any waiting name ready: look at the whole table then.
+  if (joinsArrived) {
+    candidates.clear();
+    std::vector<std::pair<uint64_t, std::string>> all;
+    for (const auto &kv : table_) all.push_back({kv.second.arrival, kv.first});
+    std::sort(all.begin(), all.end());
+    for (auto &a : all) candidates.push_back(std::move(a.second));
   }
-  return resp;
+  std::vector<Response> ready, joins;
+  for (const std::string &name : candidates) {
+    auto it = table_.find(name);
+    if (it == table_.end() || !this->ready(it->second)) continue;
+    std::vector<const RequestMsg *> perRank;
+    for (const auto &m : it->second.perRank) perRank.push_back(m ? &*m : nullptr);
+    Response resp = checkAgreement(perRank);
+    if (!resp.ok()) {
+      HORA_LOG(kWarning) << resp.error;
+    }
+    if (resp.agreed.op == OpType::kJoin) {
+      // Every rank has joined: the join completes, and nobody is joined any more.
+      resp.joined.clear();
+      resp.firstDims = {lastJoined_};
+      joinedRanks_.assign(static_cast<size_t>(size), false);
+      lastJoined_ = -1;
+      joins.push_back(std::move(resp));
+    } else {
+      ready.push_back(std::move(resp));
+    }
+    table_.erase(it);
+  }
+  // Joins last, so joined ranks take part in everything that became ready with them.
+  for (Response &j : joins) ready.push_back(std::move(j));
+  return ready;
 }
 
 }  // namespace hora

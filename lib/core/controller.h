@@ -46,18 +46,28 @@ class Controller {
  private:
   struct TableEntry {
     std::vector<std::optional<RequestMsg>> perRank;
-    int count = 0;
+    uint64_t arrival = 0;  // order in which names first reached the coordinator
   };
   std::vector<Response> coordinate(const std::vector<std::string> &blobs);
-  Response validate(const std::string &name, const TableEntry &entry) const;
+  bool ready(const TableEntry &entry) const;
 
   ControlPlane &plane_;
   ResponseCache cache_;
-  std::unordered_map<std::string, TableEntry> table_;  // rank 0 only
+  // Rank 0 only: requests by name until every rank (that has not joined) has sent its own, and
+  // the ranks that have joined, with the last one to do so.
+  std::unordered_map<std::string, TableEntry> table_;
+  uint64_t arrivals_ = 0;
+  std::vector<bool> joinedRanks_;
+  int lastJoined_ = -1;
 };
 
-// The coordinator's agreement check, exposed for unit tests: the response for `perRank` (one
-// RequestMsg per rank of the set, all with the same name).
+// The coordinator's agreement check, exposed for unit tests: the response for one name, given
+// each rank's RequestMsg (nullptr for ranks that have joined and send nothing).
+Response checkAgreement(const std::vector<const RequestMsg *> &perRank);
 Response checkAgreement(const std::vector<RequestMsg> &perRank);
+
+// Whether a response may be reused from the cache: ops that repeat step after step, and not
+// while some rank has joined (the response then depends on who has).
+bool cacheable(const Response &response);
 
 }  // namespace hora

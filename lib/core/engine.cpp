@@ -1,27 +1,42 @@
 // SPDX-License-Identifier: Apache-2.0
-// Engine thread: wait for work, negotiate a cycle, execute it, complete requests.
+// Runtime: forms the world, keeps the process sets, and routes requests to their set's engine.
 #include "core/engine.h"
-
-#include <pthread.h>
 
 #include <algorithm>
 
 #include "backends/registry.h"
 #include "base/logging.h"
-#include "core/fusion_planner.h"
 
 namespace hora {
 
 std::shared_ptr<Engine> Engine::start(const Knobs &knobs) {
   std::shared_ptr<Engine> engine(new Engine(knobs));
-  std::promise<Status> started;
-  std::future<Status> result = started.get_future();
-  engine->thread_ = std::thread(&Engine::threadMain, engine.get(), &started);
-  Status status = result.get();
-  if (!status.ok()) {
-    engine->thread_.join();
-    throw Error(status.code, status.message, __FILE__, __LINE__);
+  Engine *e = engine.get();
+  auto setup = [e]() {
+    e->bootstrap_ = createBootstrap(e->knobs_);
+    e->topology_ = e->bootstrap_->topology();
+    e->launcher_ = e->bootstrap_->launcher();
+    setLogRank(e->topology_.rank);
+    SetEngine::Parts parts;
+    parts.group = e->bootstrap_->worldGroup();
+    parts.backend = createCpuBackend(e->knobs_, *e->bootstrap_, *parts.group);
+    e->worldGroup_ = parts.group.get();
+    e->backendName_ = parts.backend->name();
+    return parts;
+  };
+  std::shared_ptr<SetEngine> world = SetEngine::start(0, knobs, setup, e);
+  SetInfo info;
+  for (int r = 0; r < engine->topology_.size; ++r) info.ranks.push_back(r);
+  info.rank = engine->topology_.rank;
+  info.engine = std::move(world);
+  {
+    std::lock_guard<std::mutex> lock(engine->setsMutex_);
+    engine->sets_[0] = std::move(info);
   }
+  HORA_LOG(kInfo) << "launcher " << engine->launcher_ << ", rank " << engine->topology_.rank
+                  << " of " << engine->topology_.size << ", local rank "
+                  << engine->topology_.localRank << " of " << engine->topology_.localSize
+                  << ", cpu backend " << engine->backendName_;
   return engine;
 }
 
@@ -29,137 +44,146 @@ Engine::Engine(const Knobs &knobs) : knobs_(knobs) {}
 
 Engine::~Engine() { shutdown(); }
 
-void Engine::submit(RequestPtr request) { queue_.push(std::move(request)); }
-
-void Engine::shutdown() {
-  queue_.requestShutdown();
-  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+std::shared_ptr<SetEngine> Engine::world() const {
+  std::lock_guard<std::mutex> lock(setsMutex_);
+  auto it = sets_.find(0);
+  return it == sets_.end() ? nullptr : it->second.engine;
 }
 
-void Engine::threadMain(std::promise<Status> *started) {
-  pthread_setname_np(pthread_self(), "hora-engine");
-  try {
-    bootstrap_ = createBootstrap(knobs_);
-    topology_ = bootstrap_->topology();
-    launcher_ = bootstrap_->launcher();
-    setLogRank(topology_.rank);
-    backend_ = createCpuBackend(knobs_, *bootstrap_);
-    backendName_ = backend_->name();
-    controller_ = std::make_unique<Controller>(bootstrap_->worldControl(),
-                                               static_cast<int>(knobs_.cacheCapacity));
-    executor_ = std::make_unique<Executor>(*backend_, topology_.size);
-  } catch (const Error &e) {
-    started->set_value(e.toStatus());
-    return;
-  } catch (const std::exception &e) {
-    started->set_value(Status{HORA_ERR_INTERNAL, std::string("hora_init: ") + e.what()});
-    return;
-  }
-  HORA_LOG(kInfo) << "launcher " << launcher_ << ", rank " << topology_.rank << " of "
-                  << topology_.size << ", local rank " << topology_.localRank << " of "
-                  << topology_.localSize << ", cpu backend " << backendName_;
-  running_ = true;
-  started->set_value(Status::success());  // `started` is gone after this line
-
-  try {
-    loop();
-  } catch (const Error &e) {
-    HORA_LOG(kError) << "engine stopped: " << e.what();
-    if (blastRadius(e.status()) == BlastRadius::kRuntime) bootstrap_->poison();
-    stop(e.toStatus());
-  } catch (const std::exception &e) {
-    HORA_LOG(kError) << "engine stopped: " << e.what();
-    bootstrap_->poison();
-    stop(Status{HORA_ERR_INTERNAL, e.what()});
-  }
-  // Teardown in the thread that used them (MPI is used from this thread only).
-  executor_.reset();
-  controller_.reset();
-  backend_.reset();
-  bootstrap_.reset();
+bool Engine::running() const {
+  std::shared_ptr<SetEngine> w = world();
+  return w && w->running();
 }
 
-void Engine::loop() {
-  using Clock = std::chrono::steady_clock;
-  const auto batchWindow = std::chrono::nanoseconds(static_cast<int64_t>(knobs_.cycleTimeMs * 1e6));
-  // While this rank has requests that other ranks have not submitted yet, cycles make no
-  // progress; back off (up to 1 ms) so waiting costs no CPU, and wake at once on new work.
-  std::chrono::microseconds idleBackoff{0};
-  for (;;) {
-    const bool busy = !pending_.empty();
-    std::vector<RequestPtr> fresh = queue_.waitAndPop(busy, Clock::now() + idleBackoff, batchWindow);
-    for (RequestPtr &r : fresh) pending_.emplace(r->name(), std::move(r));
-    const bool wantShutdown = queue_.shutdownRequested();
-    if (pending_.empty() && !wantShutdown) continue;
-
-    Controller::Outcome outcome = controller_->negotiate(pending_, wantShutdown);
-    if (outcome.shutdown) {
-      stop(Status{HORA_ERR_SHUT_DOWN,
-                  "the runtime shut down (hora_shutdown on this or another rank) before the op "
-                  "finished"});
-      return;
+void Engine::submit(RequestPtr request) {
+  std::shared_ptr<SetEngine> target;
+  {
+    std::lock_guard<std::mutex> lock(setsMutex_);
+    auto it = sets_.find(request->processSet());
+    if (it == sets_.end()) {
+      HORA_THROW(HORA_ERR_INVALID_ARGUMENT, opTypeName(request->msg().op), " '", request->name(),
+                 "': unknown process set ", request->processSet());
     }
-    execute(outcome.responses);
-    if (!outcome.responses.empty() || !fresh.empty()) {
-      idleBackoff = std::chrono::microseconds{0};
-    } else {
-      idleBackoff = std::min(std::chrono::microseconds{1000},
-                             std::max(std::chrono::microseconds{50}, idleBackoff * 2));
+    if (!it->second.engine) {
+      HORA_THROW(HORA_ERR_INVALID_ARGUMENT, opTypeName(request->msg().op), " '", request->name(),
+                 "': rank ", topology_.rank, " is not a member of process set ",
+                 request->processSet());
     }
+    target = it->second.engine;
   }
+  target->submit(std::move(request));
 }
 
-void Engine::execute(const std::vector<Response> &responses) {
-  for (const FusionGroup &group : planFusion(responses, knobs_.fusionThreshold)) {
-    const Response &first = responses[group.members.front()];
-    std::vector<Request *> requests;
-    requests.reserve(group.members.size());
-    for (size_t m : group.members) {
-      auto it = pending_.find(responses[m].agreed.name);
-      HORA_ENFORCE(it != pending_.end(), "no pending request for '", responses[m].agreed.name, "'");
-      requests.push_back(it->second.get());
+void Engine::flush(int32_t id) {
+  std::shared_ptr<SetEngine> target;
+  {
+    std::lock_guard<std::mutex> lock(setsMutex_);
+    auto it = sets_.find(id);
+    if (it != sets_.end()) target = it->second.engine;
+  }
+  if (target) target->flush();
+}
+
+void Engine::shutdown() { stopAll(nullptr); }
+
+bool Engine::shutdownWithin(std::chrono::milliseconds limit) { return stopAll(&limit); }
+
+bool Engine::stopAll(const std::chrono::milliseconds *limit) {
+  std::vector<std::shared_ptr<SetEngine>> sets;
+  std::shared_ptr<SetEngine> worldSet;
+  {
+    std::lock_guard<std::mutex> lock(setsMutex_);
+    for (auto &kv : sets_) {
+      if (!kv.second.engine) continue;
+      if (kv.first == 0) worldSet = kv.second.engine;
+      else sets.push_back(kv.second.engine);
     }
-    Status status;
-    if (!first.ok()) {
-      status = Status{first.status, first.error};
-    } else {
-      try {
-        switch (first.agreed.op) {
-          case OpType::kAllreduce: executor_->allreduce(requests, first); break;
-          case OpType::kBroadcast: executor_->broadcast(*requests[0], first); break;
-          case OpType::kAllgather: executor_->allgather(*requests[0], first); break;
-          default:
-            HORA_THROW(HORA_ERR_UNSUPPORTED, opTypeName(first.agreed.op), " '",
-                       first.agreed.name, "' is not supported by the ", backendName_,
-                       " backend");
+  }
+  auto wait = [limit](SetEngine &s) {
+    if (limit == nullptr) {
+      s.join();
+      return true;
+    }
+    return s.joinWithin(*limit);
+  };
+  // Sets first, all at once (each stop is collective among its own members only), then the
+  // world, whose thread may be creating or destroying a set meanwhile. The stopped engines stay:
+  // a late submit gets the status they stopped with.
+  bool all = true;
+  for (auto &s : sets) s->requestShutdown();
+  for (auto &s : sets) all = wait(*s) && all;
+  if (worldSet) {
+    worldSet->requestShutdown();
+    all = wait(*worldSet) && all;
+  }
+  return all;
+}
+
+int Engine::processSetSize(int32_t id) const {
+  std::lock_guard<std::mutex> lock(setsMutex_);
+  auto it = sets_.find(id);
+  return it == sets_.end() ? -1 : static_cast<int>(it->second.ranks.size());
+}
+
+int Engine::processSetRank(int32_t id) const {
+  std::lock_guard<std::mutex> lock(setsMutex_);
+  auto it = sets_.find(id);
+  return it == sets_.end() ? -1 : it->second.rank;
+}
+
+void Engine::runSetOp(Request *request, const Response &response) {
+  const std::vector<int64_t> &args = response.agreed.splits;
+  if (response.agreed.op == OpType::kProcessSetCreate) {
+    const std::vector<int> ranks(args.begin(), args.end());
+    {
+      std::lock_guard<std::mutex> lock(setsMutex_);
+      for (const auto &kv : sets_) {
+        if (kv.second.ranks == ranks) {
+          if (request) request->result = kv.first;
+          return;
         }
-      } catch (const Error &e) {
-        if (blastRadius(e.status()) != BlastRadius::kThisOp) throw;
-        status = e.toStatus();
       }
     }
-    for (size_t m : group.members) finish(responses[m].agreed.name, status);
+    const int32_t id = nextId_++;
+    // Collective over the world: every rank runs this response at the same point.
+    std::unique_ptr<Group> group = bootstrap_->createGroup(*worldGroup_, ranks);
+    SetInfo info;
+    info.ranks = ranks;
+    if (group) {
+      Group *g = group.release();
+      auto setup = [this, g]() {
+        SetEngine::Parts parts;
+        parts.group.reset(g);
+        parts.backend = createCpuBackend(knobs_, *bootstrap_, *parts.group);
+        return parts;
+      };
+      info.engine = SetEngine::start(id, knobs_, setup, nullptr);
+      info.rank = info.engine->rank();
+    }
+    {
+      std::lock_guard<std::mutex> lock(setsMutex_);
+      sets_[id] = std::move(info);
+    }
+    if (request) request->result = id;
+    return;
   }
-}
-
-void Engine::finish(const std::string &name, const Status &status) {
-  auto it = pending_.find(name);
-  if (it == pending_.end()) return;
-  RequestPtr request = std::move(it->second);
-  pending_.erase(it);
-  queue_.release(request->processSet(), name);
-  request->complete(status);
-}
-
-void Engine::stop(const Status &why) {
-  running_ = false;
-  std::vector<RequestPtr> all = queue_.close(why);
-  for (auto &kv : pending_) all.push_back(std::move(kv.second));
-  pending_.clear();
-  for (RequestPtr &r : all) {
-    Status s = why;
-    s.message = std::string(opTypeName(r->msg().op)) + " '" + r->name() + "': " + why.message;
-    r->complete(std::move(s));
+  HORA_ENFORCE(response.agreed.op == OpType::kProcessSetDestroy && args.size() == 1,
+               "unexpected set op");
+  const int32_t id = static_cast<int32_t>(args[0]);
+  std::shared_ptr<SetEngine> doomed;
+  {
+    std::lock_guard<std::mutex> lock(setsMutex_);
+    auto it = sets_.find(id);
+    if (it == sets_.end() || id == 0) {
+      HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "process_set_destroy: unknown process set ", id);
+    }
+    doomed = std::move(it->second.engine);
+    sets_.erase(it);
+  }
+  if (doomed) {
+    // Every member runs this response, so every member's set engine stops in the same cycle.
+    doomed->requestShutdown();
+    doomed->join();
   }
 }
 

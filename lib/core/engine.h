@@ -1,70 +1,73 @@
 // SPDX-License-Identifier: Apache-2.0
-// The engine: one named background thread that owns the world, negotiates and runs collectives.
+// The runtime: the world, and one SetEngine per process set (set 0 is every rank).
 #pragma once
 
-#include <atomic>
-#include <future>
+#include <map>
 #include <memory>
-#include <thread>
+#include <mutex>
+#include <vector>
 
-#include "base/knobs.h"
-#include "bootstrap/bootstrap.h"
-#include "core/backend.h"
-#include "core/controller.h"
-#include "core/executor.h"
-#include "core/tensor_queue.h"
+#include "core/set_engine.h"
 
 namespace hora {
 
-class Engine {
+class Engine final : private SetOpHandler {
  public:
-  // Starts the engine thread, which forms the world (bootstrap) and creates the backend, and
-  // returns once that is done. Throws Error with the thread's real init status on failure.
+  // Forms the world on the world set's thread (bootstrap, backend) and returns once that is
+  // done. Throws Error with that thread's real init status on failure.
   static std::shared_ptr<Engine> start(const Knobs &knobs);
-  ~Engine();
+  ~Engine() override;
   Engine(const Engine &) = delete;
   Engine &operator=(const Engine &) = delete;
 
-  // Any thread. Throws Error(HORA_ERR_DUPLICATE_NAME), or the status the engine stopped with.
+  // Any thread. Routes to the request's process set. Throws Error: INVALID_ARGUMENT for a set
+  // that does not exist or does not contain this rank, DUPLICATE_NAME, or the status the set's
+  // engine stopped with.
   void submit(RequestPtr request);
-  // Any thread: a caller is about to block on results; stop holding tensors back for fusion.
-  void flush() { queue_.requestFlush(); }
-  // Any thread: collective stop (every rank's engine stops in the same cycle; pending requests
-  // complete with HORA_ERR_SHUT_DOWN), then joins the thread. Idempotent.
+  // Any thread: a caller is about to block on a result of set `id`.
+  void flush(int32_t id);
+  // Any thread: collective stop of every set, then of the world. Idempotent.
   void shutdown();
-  bool running() const { return running_; }
+  // The same, for process exit: gives up after `limit` (a peer may be gone) and returns false.
+  bool shutdownWithin(std::chrono::milliseconds limit);
+  bool running() const;
 
   // Fixed once start() returns.
   const Topology &topology() const { return topology_; }
   const Knobs &knobs() const { return knobs_; }
   const char *launcher() const { return launcher_; }
   const char *backendName() const { return backendName_; }
-  // Size of process set `id` and this rank's rank in it; -1 if there is no such set.
-  int processSetSize(int32_t id) const { return id == 0 ? topology_.size : -1; }
-  int processSetRank(int32_t id) const { return id == 0 ? topology_.rank : -1; }
+
+  // Size of process set `id` (-1 if unknown), and this rank's rank in it (-1 if unknown or not
+  // a member).
+  int processSetSize(int32_t id) const;
+  int processSetRank(int32_t id) const;
 
  private:
   explicit Engine(const Knobs &knobs);
-  void threadMain(std::promise<Status> *started);
-  void loop();
-  void execute(const std::vector<Response> &responses);
-  void finish(const std::string &name, const Status &status);
-  void stop(const Status &why);
+  void runSetOp(Request *request, const Response &response) override;
+  std::shared_ptr<SetEngine> world() const;
+  // Asks every set to stop (sets, then the world) and waits for each, bounded by `limit` if set.
+  bool stopAll(const std::chrono::milliseconds *limit);
 
   const Knobs knobs_;
-  TensorQueue queue_;
-  std::thread thread_;
-  std::atomic<bool> running_{false};
   Topology topology_;
   const char *launcher_ = "";
   const char *backendName_ = "";
-
-  // Owned by the engine thread: created, used and destroyed there.
+  // Created on the world thread; createGroup is only called there.
   std::unique_ptr<Bootstrap> bootstrap_;
-  std::unique_ptr<Backend> backend_;
-  std::unique_ptr<Controller> controller_;
-  std::unique_ptr<Executor> executor_;
-  PendingMap pending_;
+  Group *worldGroup_ = nullptr;  // owned by the world SetEngine
+
+  struct SetInfo {
+    std::vector<int> ranks;              // world ranks, sorted
+    int rank = -1;                       // this rank's rank in the set, -1 if not a member
+    std::shared_ptr<SetEngine> engine;   // null if not a member
+  };
+  // This mutex protects: sets_, nextId_. Written on the world thread (create, destroy) and by
+  // start/shutdown; read by any thread that submits.
+  mutable std::mutex setsMutex_;
+  std::map<int32_t, SetInfo> sets_;
+  int32_t nextId_ = 1;
 };
 
 }  // namespace hora

@@ -7,19 +7,40 @@
 namespace hora {
 namespace {
 
-bool fusible(const Response &r) { return r.ok() && r.agreed.op == OpType::kAllreduce; }
+bool fusible(const Response &r) {
+  if (!r.ok()) return false;
+  switch (r.agreed.op) {
+    case OpType::kAllreduce: return true;
+    case OpType::kAllgather:
+    case OpType::kReducescatter: return r.agreed.shapes.size() == 1;
+    default: return false;
+  }
+}
 
-bool compatible(const RequestMsg &a, const RequestMsg &b) {
-  return a.dtype == b.dtype && a.reduceOp == b.reduceOp && a.prescale == b.prescale &&
-         a.postscale == b.postscale && a.device == b.device;
+bool compatible(const Response &a, const Response &b) {
+  const RequestMsg &x = a.agreed, &y = b.agreed;
+  if (x.op != y.op || x.dtype != y.dtype || x.device != y.device || a.joined != b.joined) {
+    return false;
+  }
+  if (x.op == OpType::kAllgather) return true;
+  return x.reduceOp == y.reduceOp && x.prescale == y.prescale && x.postscale == y.postscale;
 }
 
 }  // namespace
 
 int64_t responseBytes(const Response &response) {
+  const RequestMsg &m = response.agreed;
+  const int64_t esize = static_cast<int64_t>(dtypeSize(m.dtype));
+  if (m.op == OpType::kAllgather && m.shapes.size() == 1 && !m.shapes[0].empty()) {
+    // The gathered output: every rank's rows.
+    int64_t rows = 0, rowElems = 1;
+    for (int64_t r : response.firstDims) rows += r;
+    for (size_t d = 1; d < m.shapes[0].size(); ++d) rowElems *= m.shapes[0][d];
+    return rows * rowElems * esize;
+  }
   int64_t n = 0;
-  for (const Shape &s : response.agreed.shapes) n += numElements(s);
-  return n * static_cast<int64_t>(dtypeSize(response.agreed.dtype));
+  for (const Shape &s : m.shapes) n += numElements(s);
+  return n * esize;
 }
 
 std::vector<FusionGroup> planFusion(const std::vector<Response> &responses, int64_t threshold) {
@@ -31,7 +52,7 @@ std::vector<FusionGroup> planFusion(const std::vector<Response> &responses, int6
     if (fusible(r) && bytes < threshold) {
       auto fit = std::find_if(open.begin(), open.end(), [&](size_t g) {
         const Response &first = responses[groups[g].members.front()];
-        return compatible(first.agreed, r.agreed) && groups[g].bytes + bytes <= threshold;
+        return compatible(first, r) && groups[g].bytes + bytes <= threshold;
       });
       if (fit != open.end()) {
         groups[*fit].members.push_back(i);

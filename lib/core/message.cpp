@@ -20,6 +20,8 @@ const char *opTypeName(OpType op) {
     case OpType::kReducescatter: return "reducescatter";
     case OpType::kBarrier: return "barrier";
     case OpType::kJoin: return "join";
+    case OpType::kProcessSetCreate: return "process_set_create";
+    case OpType::kProcessSetDestroy: return "process_set_destroy";
   }
   return "unknown-op";
 }
@@ -47,12 +49,12 @@ int64_t numElements(const Shape &shape) {
 bool RequestMsg::operator==(const RequestMsg &o) const {
   return name == o.name && op == o.op && reduceOp == o.reduceOp && dtype == o.dtype &&
          device == o.device && root == o.root && prescale == o.prescale &&
-         postscale == o.postscale && shapes == o.shapes;
+         postscale == o.postscale && shapes == o.shapes && splits == o.splits;
 }
 
 namespace {
 
-constexpr uint8_t kVersion = 1;
+constexpr uint8_t kVersion = 2;
 constexpr uint8_t kTagRequests = 0x51;
 constexpr uint8_t kTagResponses = 0x52;
 // Bounds that no legitimate message exceeds; they keep a corrupt length from allocating wildly.
@@ -140,6 +142,8 @@ void writeRequest(Writer &w, const RequestMsg &r) {
     w.u64(s.size());
     for (int64_t d : s) w.i64(d);
   }
+  w.u64(r.splits.size());
+  for (int64_t x : r.splits) w.i64(x);
 }
 
 RequestMsg readRequest(Reader &r) {
@@ -169,6 +173,9 @@ RequestMsg readRequest(Reader &r) {
       if (d < 0) r.fail("shape", "negative dimension");
     }
   }
+  const uint64_t nsplits = r.count(kMaxItems, "splits");
+  m.splits.resize(nsplits);
+  for (int64_t &x : m.splits) x = r.i64();
   return m;
 }
 
@@ -213,6 +220,8 @@ std::string encodeResponses(const std::vector<Response> &responses) {
     w.str(resp.error);
     w.u64(resp.firstDims.size());
     for (int64_t d : resp.firstDims) w.i64(d);
+    w.u64(resp.joined.size());
+    for (int32_t j : resp.joined) w.i32(j);
   }
   return w.take();
 }
@@ -233,6 +242,9 @@ std::vector<Response> decodeResponses(const std::string &bytes) {
     const uint64_t nd = r.count(kMaxItems, "first dimensions");
     resp.firstDims.resize(nd);
     for (int64_t &d : resp.firstDims) d = r.i64();
+    const uint64_t nj = r.count(kMaxItems, "joined ranks");
+    resp.joined.resize(nj);
+    for (int32_t &j : resp.joined) j = r.i32();
     out.push_back(std::move(resp));
   }
   r.expectEnd();

@@ -31,6 +31,8 @@ struct RequestMsg {
   double prescale = 1.0;
   double postscale = 1.0;
   std::vector<Shape> shapes;  // one per tensor; grouped ops carry several
+  // alltoall: rows sent to each rank of the set; process set create: the ranks; destroy: the id.
+  std::vector<int64_t> splits;
 
   bool operator==(const RequestMsg &o) const;
   bool operator!=(const RequestMsg &o) const { return !(*this == o); }
@@ -41,7 +43,11 @@ struct Response {
   RequestMsg agreed;                   // the parameters all ranks agreed on (shapes: rank 0's)
   hora_status_t status = HORA_SUCCESS;  // != success: the op failed on every rank
   std::string error;                   // message for a failed op
-  std::vector<int64_t> firstDims;      // allgather: [tensor * size + rank] rows of each rank
+  // allgather: [tensor * size + rank] rows of each rank; alltoall: [sender * size + receiver]
+  // rows; join: the last rank to join; process set create: the new set's id.
+  std::vector<int64_t> firstDims;
+  // Ranks that have joined (hora_join): they take part with zeros and no data of their own.
+  std::vector<int32_t> joined;
 
   bool ok() const { return status == HORA_SUCCESS; }
 };

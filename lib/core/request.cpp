@@ -2,6 +2,7 @@
 // Request completion and owned outputs.
 #include "core/request.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace hora {
@@ -16,6 +17,25 @@ int64_t Request::bytes() const {
   int64_t n = 0;
   for (const TensorArg &t : tensors_) n += t.numel;
   return n * static_cast<int64_t>(dtypeSize(msg_.dtype));
+}
+
+std::shared_ptr<Request> Request::standIn(const Response &response, int32_t processSet) {
+  RequestMsg msg = response.agreed;
+  const size_t esize = dtypeSize(msg.dtype);
+  const bool noRows = msg.op == OpType::kAllgather || msg.op == OpType::kAlltoall;
+  for (Shape &s : msg.shapes) {
+    if (noRows && !s.empty()) s[0] = 0;
+  }
+  if (msg.op == OpType::kAlltoall) std::fill(msg.splits.begin(), msg.splits.end(), 0);
+  auto request = std::make_shared<Request>(msg, processSet, std::vector<TensorArg>{});
+  if (msg.op == OpType::kBarrier || msg.op == OpType::kJoin) return request;
+  for (const Shape &s : msg.shapes) {
+    const int64_t n = numElements(s);
+    request->scratch_.emplace_back(static_cast<size_t>(n) * esize + 1, uint8_t{0});
+    void *data = request->scratch_.back().data();
+    request->tensors_.push_back(TensorArg{data, data, n});
+  }
+  return request;
 }
 
 void *Request::allocateOutput(const Shape &shape) {

@@ -34,9 +34,20 @@ class Request {
   int64_t bytes() const;  // all tensors, in the request's dtype
   std::chrono::steady_clock::time_point submitted() const { return submitted_; }
 
-  // Output owned by the request (allgather): storage sized for `shape` and a DLTensor over it.
+  // A request for a rank that has joined (hora_join) and so has no data of its own: it takes
+  // part in `response` with zeros (allreduce, reducescatter), no rows (allgather, alltoall), or a
+  // scratch buffer (broadcast). Owns its buffers.
+  static std::shared_ptr<Request> standIn(const Response &response, int32_t processSet);
+
+  // Output owned by the request (allgather, alltoall, reducescatter): storage sized for `shape`
+  // and a DLTensor over it.
   void *allocateOutput(const Shape &shape);
   const DLTensor *output() const { return hasOutput_ ? &output_ : nullptr; }
+
+  // Set by the engine thread before completion: alltoall's rows received from each rank; the
+  // scalar result of join (last rank to join) and process set creation (the id).
+  std::vector<int64_t> receivedSplits;
+  int64_t result = -1;
 
   // Completion: first call wins; wakes every waiter.
   void complete(Status status);
@@ -53,6 +64,7 @@ class Request {
   std::vector<TensorArg> tensors_;
   std::chrono::steady_clock::time_point submitted_;
 
+  std::vector<std::vector<uint8_t>> scratch_;  // stand-ins' own zeroed inputs
   std::unique_ptr<uint8_t[]> outputStorage_;
   Shape outputShape_;
   DLTensor output_{};

@@ -15,8 +15,10 @@ enum class OpType : uint8_t {
   kReducescatter = 4,
   kBarrier = 5,
   kJoin = 6,
+  kProcessSetCreate = 7,   // negotiated in the world set
+  kProcessSetDestroy = 8,  // negotiated in the world set
 };
-constexpr int kNumOpTypes = 7;
+constexpr int kNumOpTypes = 9;
 const char *opTypeName(OpType op);
 
 // Where a tensor lives: DLPack's device type (kDLCPU = 1, kDLCUDA = 2) and ordinal.

@@ -65,7 +65,7 @@ TEST(EngineSingle, AllreduceWithScalingFusedAndAlone) {
                              outs[static_cast<size_t>(t)], ReduceOp::kAverage, 0.5, 4.0));
     engine->submit(reqs.back());
   }
-  engine->flush();
+  engine->flush(0);
   for (int t = 0; t < 50; ++t) {
     Status s = reqs[static_cast<size_t>(t)]->wait();
     ASSERT_TRUE(s.ok()) << s.message;

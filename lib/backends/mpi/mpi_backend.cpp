@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
 
 #include "bootstrap/mpi/mpi_bootstrap.h"
 
@@ -81,7 +82,8 @@ class MpiBackend final : public Backend {
     if (fits) {
       // Send from the output slot so the input may alias nothing in particular.
       const int64_t mine = bytesPerRank[static_cast<size_t>(rank_)];
-      if (mine > 0) std::copy_n(static_cast<const char *>(in), mine, o + displs[static_cast<size_t>(rank_)]);
+      char *slot = o + displs[static_cast<size_t>(rank_)];
+      if (mine > 0 && slot != in) std::memmove(slot, in, static_cast<size_t>(mine));
       HORA_CHECK_MPI(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_BYTE, o, counts.data(), displs.data(),
                                     MPI_BYTE, comm_));
       return;
@@ -90,13 +92,82 @@ class MpiBackend final : public Backend {
     int64_t off = 0;
     for (int r = 0; r < size_; ++r) {
       const int64_t n = bytesPerRank[static_cast<size_t>(r)];
-      if (r == rank_ && n > 0) std::copy_n(static_cast<const char *>(in), n, o + off);
+      if (r == rank_ && n > 0 && o + off != in) std::memmove(o + off, in, static_cast<size_t>(n));
       broadcast(o + off, n, r);
       off += n;
     }
   }
 
+  void alltoallv(const void *in, const std::vector<int64_t> &sendBytes, void *out,
+                 const std::vector<int64_t> &recvBytes) override {
+    std::vector<int> sc, sd, rc, rd;
+    const bool fits = toIntCounts(sendBytes, &sc, &sd) && toIntCounts(recvBytes, &rc, &rd);
+    if (fits) {
+      HORA_CHECK_MPI(MPI_Alltoallv(in, sc.data(), sd.data(), MPI_BYTE, out, rc.data(), rd.data(),
+                                   MPI_BYTE, comm_));
+      return;
+    }
+    // Past MPI's int counts: pairwise exchanges in chunks, rank by rank offset so every step
+    // pairs each rank with exactly one sender and one receiver.
+    const auto *src = static_cast<const char *>(in);
+    auto *dst = static_cast<char *>(out);
+    std::vector<int64_t> sOff(static_cast<size_t>(size_), 0), rOff(static_cast<size_t>(size_), 0);
+    for (int r = 1; r < size_; ++r) {
+      sOff[static_cast<size_t>(r)] = sOff[static_cast<size_t>(r - 1)] + sendBytes[static_cast<size_t>(r - 1)];
+      rOff[static_cast<size_t>(r)] = rOff[static_cast<size_t>(r - 1)] + recvBytes[static_cast<size_t>(r - 1)];
+    }
+    for (int step = 0; step < size_; ++step) {
+      const int to = (rank_ + step) % size_;
+      const int from = (rank_ - step + size_) % size_;
+      const int64_t sn = sendBytes[static_cast<size_t>(to)], rn = recvBytes[static_cast<size_t>(from)];
+      for (int64_t off = 0; off < std::max(sn, rn); off += kMaxChunk) {
+        const int s = static_cast<int>(std::max<int64_t>(0, std::min(kMaxChunk, sn - off)));
+        const int r = static_cast<int>(std::max<int64_t>(0, std::min(kMaxChunk, rn - off)));
+        HORA_CHECK_MPI(MPI_Sendrecv(src + sOff[static_cast<size_t>(to)] + std::min(off, sn), s, MPI_BYTE, to, 0,
+                                    dst + rOff[static_cast<size_t>(from)] + std::min(off, rn), r, MPI_BYTE, from, 0,
+                                    comm_, MPI_STATUS_IGNORE));
+      }
+    }
+  }
+
+  void reducescatter(const void *in, void *out, const std::vector<int64_t> &counts, DType dtype,
+                     ReduceOp op) override {
+    const MPI_Datatype type = mpiType(dtype);
+    const MPI_Op mop = mpiOp(op);
+    std::vector<int> c, d;
+    if (toIntCounts(counts, &c, &d)) {
+      HORA_CHECK_MPI(MPI_Reduce_scatter(in, out, c.data(), type, mop, comm_));
+      return;
+    }
+    // Past MPI's int counts: one chunked reduce to each block's owner.
+    const int64_t esize = static_cast<int64_t>(dtypeSize(dtype));
+    int64_t base = 0;
+    for (int r = 0; r < size_; ++r) {
+      const int64_t n = counts[static_cast<size_t>(r)];
+      for (int64_t off = 0; off < n; off += kMaxChunk) {
+        const int k = static_cast<int>(std::min(kMaxChunk, n - off));
+        const char *src = static_cast<const char *>(in) + (base + off) * esize;
+        char *dst = static_cast<char *>(out) + off * esize;
+        HORA_CHECK_MPI(MPI_Reduce(src, r == rank_ ? dst : nullptr, k, type, mop, r, comm_));
+      }
+      base += n;
+    }
+  }
+
  private:
+  // Counts and displacements as MPI ints; false if any does not fit.
+  static bool toIntCounts(const std::vector<int64_t> &n, std::vector<int> *counts,
+                          std::vector<int> *displs) {
+    int64_t total = 0;
+    for (int64_t x : n) {
+      if (x > INT_MAX || total > INT_MAX) return false;
+      counts->push_back(static_cast<int>(x));
+      displs->push_back(static_cast<int>(total));
+      total += x;
+    }
+    return true;
+  }
+
   MPI_Comm comm_;
   int rank_ = 0;
   int size_ = 1;

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <climits>
 #include <cstdlib>
+#include <algorithm>
 #include <mutex>
 
 #include "base/knobs.h"
@@ -19,14 +20,6 @@ namespace {
 // hora finalizes MPI only if it initialized it, and only at process exit: after hora_shutdown a
 // later hora_init in the same process must find MPI still usable.
 bool gWeInitializedMpi = false;
-std::once_flag gAtexitOnce;
-
-void finalizeAtExit() {
-  int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  if (gWeInitializedMpi && initialized && !finalized) MPI_Finalize();
-}
 
 int worldRankOrMinus1() {
   int initialized = 0, finalized = 0, rank = -1;
@@ -100,9 +93,38 @@ class MpiControlPlane final : public ControlPlane {
   int size_ = 1;
 };
 
-class MpiWorld final : public MpiBootstrap {
+class MpiCommGroup final : public MpiGroup {
  public:
-  explicit MpiWorld(double timeoutS) {
+  // Takes ownership of `control` and makes a private duplicate of it for data.
+  MpiCommGroup(MPI_Comm control, double timeoutS) : control_(control) {
+    HORA_CHECK_MPI(MPI_Comm_dup(control_, &data_));
+    // Errors come back as codes (turned into HORA_ERR_BACKEND) instead of aborting the job.
+    MPI_Comm_set_errhandler(control_, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(data_, MPI_ERRORS_RETURN);
+    plane_ = std::make_unique<MpiControlPlane>(control_, timeoutS);
+  }
+  ~MpiCommGroup() override {
+    // Freeing is collective in effect; skip it when a peer may never take part.
+    if (!poisoned_) {
+      MPI_Comm_free(&control_);
+      MPI_Comm_free(&data_);
+    }
+  }
+  ControlPlane &control() override { return *plane_; }
+  void poison() override { poisoned_ = true; }
+  MPI_Comm dataComm() const override { return data_; }
+  MPI_Comm controlComm() const { return control_; }
+
+ private:
+  MPI_Comm control_ = MPI_COMM_NULL;
+  MPI_Comm data_ = MPI_COMM_NULL;
+  std::unique_ptr<MpiControlPlane> plane_;
+  bool poisoned_ = false;
+};
+
+class MpiWorld final : public Bootstrap {
+ public:
+  explicit MpiWorld(double timeoutS) : timeoutS_(timeoutS) {
     int initialized = 0, finalized = 0;
     MPI_Finalized(&finalized);
     if (finalized) {
@@ -112,62 +134,72 @@ class MpiWorld final : public MpiBootstrap {
     MPI_Initialized(&initialized);
     int provided = 0;
     if (!initialized) {
-      // MULTIPLE so the application may keep using MPI from its own threads next to hora's.
+      // MULTIPLE: each process set has its own hora thread, and the application may keep using
+      // MPI from its own threads next to hora's.
       HORA_CHECK_MPI(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided));
       gWeInitializedMpi = true;
-      std::call_once(gAtexitOnce, [] { std::atexit(finalizeAtExit); });
     } else {
       MPI_Query_thread(&provided);
     }
+    threadLevel_ = provided;
     if (provided < MPI_THREAD_SERIALIZED) {
       HORA_LOG(kWarning) << "MPI was initialized with thread level " << provided
                          << "; hora calls MPI from its own thread and needs MPI_THREAD_SERIALIZED"
-                            " (MPI_THREAD_MULTIPLE if the application also calls MPI)";
+                            " (MPI_THREAD_MULTIPLE for process sets, or if the application also "
+                            "calls MPI)";
     }
-    HORA_CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &control_));
-    HORA_CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &data_));
-    // Errors come back as codes (turned into HORA_ERR_BACKEND) instead of aborting the job.
-    MPI_Comm_set_errhandler(control_, MPI_ERRORS_RETURN);
-    MPI_Comm_set_errhandler(data_, MPI_ERRORS_RETURN);
-
-    MPI_Comm_rank(control_, &topology_.rank);
-    MPI_Comm_size(control_, &topology_.size);
+    MPI_Comm_rank(MPI_COMM_WORLD, &topology_.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &topology_.size);
     MPI_Comm local, cross;
-    HORA_CHECK_MPI(MPI_Comm_split_type(control_, MPI_COMM_TYPE_SHARED, topology_.rank,
+    HORA_CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, topology_.rank,
                                        MPI_INFO_NULL, &local));
     MPI_Comm_rank(local, &topology_.localRank);
     MPI_Comm_size(local, &topology_.localSize);
-    HORA_CHECK_MPI(MPI_Comm_split(control_, topology_.localRank, topology_.rank, &cross));
+    HORA_CHECK_MPI(MPI_Comm_split(MPI_COMM_WORLD, topology_.localRank, topology_.rank, &cross));
     MPI_Comm_rank(cross, &topology_.crossRank);
     MPI_Comm_size(cross, &topology_.crossSize);
     MPI_Comm_free(&local);
     MPI_Comm_free(&cross);
-    plane_ = std::make_unique<MpiControlPlane>(control_, timeoutS);
-  }
-
-  ~MpiWorld() override {
-    // Freeing is collective in effect; skip it when a peer may never take part.
-    if (!poisoned_) {
-      MPI_Comm_free(&control_);
-      MPI_Comm_free(&data_);
-    }
   }
 
   const char *launcher() const override { return "mpi"; }
   const Topology &topology() const override { return topology_; }
-  ControlPlane &worldControl() override { return *plane_; }
-  void poison() override { poisoned_ = true; }
-  MPI_Comm dataComm() const override { return data_; }
+
+  std::unique_ptr<Group> worldGroup() override {
+    MPI_Comm control;
+    HORA_CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &control));
+    return std::make_unique<MpiCommGroup>(control, timeoutS_);
+  }
+
+  std::unique_ptr<Group> createGroup(Group &world, const std::vector<int> &ranks) override {
+    if (threadLevel_ < MPI_THREAD_MULTIPLE) {
+      HORA_THROW(HORA_ERR_UNSUPPORTED, "hora_process_set_create: process sets run on threads of "
+                 "their own and need MPI_THREAD_MULTIPLE; MPI was initialized with level ",
+                 threadLevel_);
+    }
+    auto &parent = dynamic_cast<MpiCommGroup &>(world);
+    const bool member = std::binary_search(ranks.begin(), ranks.end(), topology_.rank);
+    MPI_Comm comm;
+    HORA_CHECK_MPI(MPI_Comm_split(parent.controlComm(), member ? 0 : MPI_UNDEFINED,
+                                  topology_.rank, &comm));
+    if (!member) return nullptr;
+    return std::make_unique<MpiCommGroup>(comm, timeoutS_);
+  }
 
  private:
+  double timeoutS_;
+  int threadLevel_ = MPI_THREAD_SINGLE;
   Topology topology_;
-  MPI_Comm control_ = MPI_COMM_NULL;
-  MPI_Comm data_ = MPI_COMM_NULL;
-  std::unique_ptr<MpiControlPlane> plane_;
-  bool poisoned_ = false;
 };
 
 }  // namespace
+
+void finalizeMpiIfOurs() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (gWeInitializedMpi && initialized && !finalized) MPI_Finalize();
+}
 
 void throwMpiError(const char *call, int code, const char *file, int line) {
   char text[MPI_MAX_ERROR_STRING] = {0};
@@ -202,7 +234,7 @@ void waitMpi(MPI_Request *request, double timeoutS, const char *what) {
   }
 }
 
-std::unique_ptr<MpiBootstrap> createMpiBootstrap(double timeoutS) {
+std::unique_ptr<Bootstrap> createMpiBootstrap(double timeoutS) {
   return std::make_unique<MpiWorld>(timeoutS);
 }
 

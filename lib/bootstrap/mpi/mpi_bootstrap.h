@@ -20,14 +20,17 @@ namespace hora {
 // Error(HORA_ERR_TIMEOUT) naming `what` after `timeoutS`.
 void waitMpi(MPI_Request *request, double timeoutS, const char *what);
 
-class MpiBootstrap : public Bootstrap {
+// A group's two private communicators: negotiation and data never share a communicator with
+// each other or with the application.
+class MpiGroup : public Group {
  public:
-  // Two private duplicates of MPI_COMM_WORLD: negotiation and data never share a communicator
-  // with each other or with the application.
   virtual MPI_Comm dataComm() const = 0;
 };
 
-std::unique_ptr<MpiBootstrap> createMpiBootstrap(double timeoutS);
+std::unique_ptr<Bootstrap> createMpiBootstrap(double timeoutS);
+
+// MPI_Finalize, if hora called MPI_Init (see finalizeAtExit).
+void finalizeMpiIfOurs();
 
 }  // namespace hora
 

@@ -1,0 +1,192 @@
+// SPDX-License-Identifier: Apache-2.0
+// SetEngine thread: wait for work, negotiate a cycle, execute it, complete requests.
+#include "core/set_engine.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+
+#include "base/logging.h"
+#include "core/fusion_planner.h"
+
+namespace hora {
+
+std::shared_ptr<SetEngine> SetEngine::start(int32_t id, const Knobs &knobs,
+                                            std::function<Parts()> setup, SetOpHandler *handler) {
+  std::shared_ptr<SetEngine> engine(new SetEngine(id, knobs, handler));
+  std::promise<Status> started;
+  std::future<Status> result = started.get_future();
+  engine->thread_ = std::thread([e = engine.get(), &setup, &started] { e->threadMain(setup, &started); });
+  Status status = result.get();
+  if (!status.ok()) {
+    engine->thread_.join();
+    throw Error(status.code, status.message, __FILE__, __LINE__);
+  }
+  return engine;
+}
+
+SetEngine::SetEngine(int32_t id, const Knobs &knobs, SetOpHandler *handler)
+    : id_(id), knobs_(knobs), handler_(handler) {}
+
+SetEngine::~SetEngine() {
+  requestShutdown();
+  join();
+}
+
+void SetEngine::join() {
+  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+}
+
+bool SetEngine::joinWithin(std::chrono::milliseconds limit) {
+  if (!thread_.joinable()) return true;
+  if (exitedFuture_.wait_for(limit) != std::future_status::ready) {
+    thread_.detach();
+    return false;
+  }
+  thread_.join();
+  return true;
+}
+
+void SetEngine::threadMain(const std::function<Parts()> &setup, std::promise<Status> *started) {
+  const std::string threadName = id_ == 0 ? "hora-engine" : "hora-set-" + std::to_string(id_);
+  pthread_setname_np(pthread_self(), threadName.substr(0, 15).c_str());
+  try {
+    parts_ = setup();
+    rank_ = parts_.group->rank();
+    size_ = parts_.group->size();
+    backendName_ = parts_.backend->name();
+    controller_ = std::make_unique<Controller>(parts_.group->control(),
+                                               static_cast<int>(knobs_.cacheCapacity));
+    executor_ = std::make_unique<Executor>(*parts_.backend, size_, rank_);
+  } catch (const Error &e) {
+    started->set_value(e.toStatus());
+    exited_.set_value();
+    return;
+  } catch (const std::exception &e) {
+    started->set_value(Status{HORA_ERR_INTERNAL, std::string("hora_init: ") + e.what()});
+    exited_.set_value();
+    return;
+  }
+  running_ = true;
+  started->set_value(Status::success());  // `started` and `setup` are gone after this line
+
+  try {
+    loop();
+  } catch (const Error &e) {
+    HORA_LOG(kError) << "process set " << id_ << " stopped: " << e.what();
+    if (blastRadius(e.status()) == BlastRadius::kRuntime) parts_.group->poison();
+    stop(e.toStatus());
+  } catch (const std::exception &e) {
+    HORA_LOG(kError) << "process set " << id_ << " stopped: " << e.what();
+    parts_.group->poison();
+    stop(Status{HORA_ERR_INTERNAL, e.what()});
+  }
+  // Teardown in the thread that used them.
+  executor_.reset();
+  controller_.reset();
+  parts_.backend.reset();
+  parts_.group.reset();
+  exited_.set_value();
+}
+
+void SetEngine::loop() {
+  using Clock = std::chrono::steady_clock;
+  const auto batchWindow = std::chrono::nanoseconds(static_cast<int64_t>(knobs_.cycleTimeMs * 1e6));
+  // While this rank has requests that other ranks have not submitted yet, cycles make no
+  // progress; back off (up to 1 ms) so waiting costs no CPU, and wake at once on new work.
+  std::chrono::microseconds idleBackoff{0};
+  for (;;) {
+    const bool busy = !pending_.empty();
+    std::vector<RequestPtr> fresh = queue_.waitAndPop(busy, Clock::now() + idleBackoff, batchWindow);
+    for (RequestPtr &r : fresh) pending_.emplace(r->name(), std::move(r));
+    const bool wantShutdown = queue_.shutdownRequested();
+    if (pending_.empty() && !wantShutdown) continue;
+
+    Controller::Outcome outcome = controller_->negotiate(pending_, wantShutdown);
+    if (outcome.shutdown) {
+      stop(Status{HORA_ERR_SHUT_DOWN,
+                  id_ == 0 ? "the runtime shut down (hora_shutdown on this or another rank) "
+                             "before the op finished"
+                           : "the process set was destroyed or the runtime shut down before the "
+                             "op finished"});
+      return;
+    }
+    execute(outcome.responses);
+    if (!outcome.responses.empty() || !fresh.empty()) {
+      idleBackoff = std::chrono::microseconds{0};
+    } else {
+      idleBackoff = std::min(std::chrono::microseconds{1000},
+                             std::max(std::chrono::microseconds{50}, idleBackoff * 2));
+    }
+  }
+}
+
+void SetEngine::execute(const std::vector<Response> &responses) {
+  std::vector<RequestPtr> standIns;  // this rank has joined: it takes part without data
+  for (const FusionGroup &group : planFusion(responses, knobs_.fusionThreshold)) {
+    const Response &first = responses[group.members.front()];
+    std::vector<Request *> requests;
+    std::vector<const Response *> members;
+    requests.reserve(group.members.size());
+    for (size_t m : group.members) {
+      members.push_back(&responses[m]);
+      auto it = pending_.find(responses[m].agreed.name);
+      if (it != pending_.end()) {
+        requests.push_back(it->second.get());
+      } else {
+        HORA_ENFORCE(std::count(responses[m].joined.begin(), responses[m].joined.end(), rank_) == 1,
+                     "no pending request for '", responses[m].agreed.name, "'");
+        standIns.push_back(Request::standIn(responses[m], id_));
+        requests.push_back(standIns.back().get());
+      }
+    }
+    Status status;
+    if (!first.ok()) {
+      status = Status{first.status, first.error};
+    } else {
+      try {
+        switch (first.agreed.op) {
+          case OpType::kAllreduce: executor_->allreduce(requests, first); break;
+          case OpType::kBroadcast: executor_->broadcast(*requests[0], first); break;
+          case OpType::kAllgather: executor_->allgather(requests, members); break;
+          case OpType::kAlltoall: executor_->alltoall(*requests[0], first); break;
+          case OpType::kReducescatter: executor_->reducescatter(requests, members); break;
+          case OpType::kBarrier: break;  // negotiation itself waited for every rank
+          case OpType::kJoin: requests[0]->result = first.firstDims.at(0); break;
+          case OpType::kProcessSetCreate:
+          case OpType::kProcessSetDestroy:
+            HORA_ENFORCE(handler_ != nullptr, opTypeName(first.agreed.op), " outside the world set");
+            handler_->runSetOp(requests[0], first);
+            break;
+        }
+      } catch (const Error &e) {
+        if (blastRadius(e.status()) != BlastRadius::kThisOp) throw;
+        status = e.toStatus();
+      }
+    }
+    for (size_t m : group.members) finish(responses[m].agreed.name, status);
+  }
+}
+
+void SetEngine::finish(const std::string &name, const Status &status) {
+  auto it = pending_.find(name);
+  if (it == pending_.end()) return;  // a stand-in
+  RequestPtr request = std::move(it->second);
+  pending_.erase(it);
+  queue_.release(request->processSet(), name);
+  request->complete(status);
+}
+
+void SetEngine::stop(const Status &why) {
+  running_ = false;
+  std::vector<RequestPtr> all = queue_.close(why);
+  for (auto &kv : pending_) all.push_back(std::move(kv.second));
+  pending_.clear();
+  for (RequestPtr &r : all) {
+    Status s = why;
+    s.message = std::string(opTypeName(r->msg().op)) + " '" + r->name() + "': " + why.message;
+    r->complete(std::move(s));
+  }
+}
+
+}  // namespace hora

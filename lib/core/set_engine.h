@@ -1,0 +1,91 @@
+// SPDX-License-Identifier: Apache-2.0
+// One process set's engine: its queue, negotiation, backend and named thread.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <future>
+#include <memory>
+#include <thread>
+
+#include "base/knobs.h"
+#include "bootstrap/bootstrap.h"
+#include "core/backend.h"
+#include "core/controller.h"
+#include "core/executor.h"
+#include "core/tensor_queue.h"
+
+namespace hora {
+
+// Runs the ops that are not collectives on tensors (process set creation and destruction) for
+// the world set's engine; implemented by the runtime, called on the world engine's thread.
+class SetOpHandler {
+ public:
+  virtual ~SetOpHandler() = default;
+  // `request` is null on a rank that has joined.
+  virtual void runSetOp(Request *request, const Response &response) = 0;
+};
+
+// Each set has its own thread, so sets negotiate independently: a set waiting for a slow rank
+// does not hold up another. The thread owns the group, backend, controller and executor.
+class SetEngine {
+ public:
+  struct Parts {
+    std::unique_ptr<Group> group;
+    std::unique_ptr<Backend> backend;
+  };
+  // Starts the thread, which runs `setup` to get its group and backend, and returns once that is
+  // done. Throws Error with the status setup failed with.
+  static std::shared_ptr<SetEngine> start(int32_t id, const Knobs &knobs,
+                                          std::function<Parts()> setup, SetOpHandler *handler);
+  ~SetEngine();
+  SetEngine(const SetEngine &) = delete;
+  SetEngine &operator=(const SetEngine &) = delete;
+
+  // Any thread. Throws Error(HORA_ERR_DUPLICATE_NAME), or the status the engine stopped with.
+  void submit(RequestPtr request) { queue_.push(std::move(request)); }
+  // Any thread: a caller is about to block on results; stop holding tensors back for fusion.
+  void flush() { queue_.requestFlush(); }
+  // Any thread: ask for the collective stop (every member stops in the same cycle; pending
+  // requests complete with HORA_ERR_SHUT_DOWN) / wait for the thread to end.
+  void requestShutdown() { queue_.requestShutdown(); }
+  void join();
+  // Waits at most `limit` for the thread to end and joins it; false (thread detached) if it did
+  // not end in time, e.g. blocked on a peer that is gone. For the process-exit path only.
+  bool joinWithin(std::chrono::milliseconds limit);
+  bool running() const { return running_; }
+
+  int32_t id() const { return id_; }
+  // Fixed once start() returns.
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const char *backendName() const { return backendName_; }
+
+ private:
+  SetEngine(int32_t id, const Knobs &knobs, SetOpHandler *handler);
+  void threadMain(const std::function<Parts()> &setup, std::promise<Status> *started);
+  void loop();
+  void execute(const std::vector<Response> &responses);
+  void finish(const std::string &name, const Status &status);
+  void stop(const Status &why);
+
+  const int32_t id_;
+  const Knobs knobs_;
+  SetOpHandler *const handler_;
+  TensorQueue queue_;
+  std::thread thread_;
+  std::promise<void> exited_;  // set as the thread's last act
+  std::shared_future<void> exitedFuture_ = exited_.get_future().share();
+  std::atomic<bool> running_{false};
+  int rank_ = 0;
+  int size_ = 1;
+  const char *backendName_ = "";
+
+  // Owned by the set's thread: created, used and destroyed there.
+  Parts parts_;
+  std::unique_ptr<Controller> controller_;
+  std::unique_ptr<Executor> executor_;
+  PendingMap pending_;
+};
+
+}  // namespace hora
