@@ -2,6 +2,8 @@
 // Element type sizes and names, and the scalar float32 -> float16 conversion.
 #include "base/dtype.h"
 
+#include "base/error.h"
+
 #include <stdexcept>
 #include <string>
 
@@ -19,8 +21,7 @@ size_t dtypeSize(DType t) {
     case DType::kFloat64: return 8;
   }
   // A size of 0 would let a corrupt wire value turn into a zero-byte copy that "succeeds".
-  throw std::invalid_argument("dtypeSize: invalid dtype " +
-                              std::to_string(static_cast<unsigned>(t)));
+  HORA_THROW(HORA_ERR_INTERNAL, "dtypeSize: invalid dtype ", static_cast<unsigned>(t));
 }
 
 const char *dtypeName(DType t) {

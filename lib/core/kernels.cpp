@@ -2,6 +2,8 @@
 // CPU element kernels: plain restrict loops, one template per shape, that GCC auto-vectorises.
 #include "core/kernels.h"
 
+#include "base/error.h"
+
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -19,18 +21,19 @@ std::string describeDType(DType t) {
 }
 
 [[noreturn]] void throwBadDType(const char *fn, DType t, const char *why) {
-  throw std::invalid_argument(std::string(fn) + ": " + why + ": " + describeDType(t));
+  HORA_THROW(HORA_ERR_INTERNAL, fn, ": ", why, ": ", describeDType(t));
 }
 
 void checkCount(const char *fn, int64_t count) {
   if (count < 0)
-    throw std::invalid_argument(std::string(fn) + ": negative count " + std::to_string(count));
+    HORA_THROW(HORA_ERR_INTERNAL, fn, ": negative count ", count);
 }
 
 // ---- branch-free conversions --------------------------------------------------------------------
 // The inline converters in base/dtype.h branch per element, which stops the vectoriser. These
 // compute every case and select, so each loop below becomes straight-line SIMD. They match
-// halfToFloat / floatToHalf / floatToBfloat16 bit for bit (test_kernels checks every half pattern).
+// halfToFloat / floatToHalf / floatToBfloat16 (test_kernels widens every 16-bit pattern and narrows
+// ties and their neighbours at every rounding position).
 
 inline uint32_t bitsOf(float f) {
   uint32_t u;
@@ -44,53 +47,65 @@ inline float floatOf(uint32_t u) {
   return f;
 }
 
-// `c ? a : b` as bit arithmetic. A `?:` whose arm holds a float operation gets that operation sunk
-// into a branch, and GCC will not if-convert a branch holding an operation that may trap (the
-// default -ftrapping-math), so the loop would stay scalar. Masks leave nothing to sink.
+// All-ones when c holds. Conditions become masks and `?:` becomes mask arithmetic: a `?:` whose arm
+// holds a float operation gets that operation sunk into a branch, and GCC will not if-convert a
+// branch holding an operation that may trap (the default -ftrapping-math), so the loop would stay
+// scalar. Masks leave nothing to sink.
+inline uint32_t maskIf(bool c) { return 0u - static_cast<uint32_t>(c); }
+
 inline uint32_t selectBits(bool c, uint32_t a, uint32_t b) {
-  const uint32_t mask = 0u - static_cast<uint32_t>(c);
+  const uint32_t mask = maskIf(c);
   return (a & mask) | (b & ~mask);
 }
 
 inline float halfToFloatVec(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t em = static_cast<uint32_t>(h & 0x7fffu) << 13;  // exponent+mantissa, float place
-  const uint32_t exp = em & 0x0f800000u;
-  const uint32_t normal = em + 0x38000000u;  // rebias 15 -> 127
-  // Exponent 31 -> 255; a NaN comes out quiet, as in halfToFloat.
-  const uint32_t infNan = (em + 0x70000000u) | ((em & 0x007fffffu) != 0 ? 0x00400000u : 0u);
-  // Subnormal (and zero): set exponent 2^-14 under the mantissa, then subtract 2^-14. The
-  // difference mant * 2^-24 is exact, so this is not at the mercy of the rounding mode.
-  const uint32_t sub = bitsOf(floatOf(em + 0x38800000u) - floatOf(0x38800000u));
-  const uint32_t r = selectBits(exp == 0, sub, exp == 0x0f800000u ? infNan : normal);
-  return floatOf(r | sign);
+  const uint32_t mag = h & 0x7fffu;
+  const uint32_t infNan = maskIf(mag >= 0x7c00u);
+  const uint32_t nan = maskIf(mag > 0x7c00u);
+  const uint32_t sub = maskIf(mag < 0x0400u);  // subnormal or zero
+  // Rebias the exponent 15 -> 127, twice over for inf/NaN to reach 255, and quiet NaNs as
+  // halfToFloat does. A subnormal gets exponent 2^-14 put under its mantissa and then 2^-14 taken
+  // off again by one float subtraction, which is exact; every other lane subtracts +0, a no-op.
+  const uint32_t bits = ((mag << 13) + 0x38000000u + (infNan & 0x38000000u) + (sub & 0x00800000u)) |
+                        (nan & 0x00400000u);
+  const float magnitude = floatOf(bits) - floatOf(sub & 0x38800000u);
+  return floatOf(bitsOf(magnitude) | (static_cast<uint32_t>(h & 0x8000u) << 16));
 }
 
+// One float addition does all the rounding. For m = 2^(max(e, -14) + 13), e the exponent of |f|,
+// the sum |f| + m keeps exactly the bits float16 keeps (its float ulp is float16's spacing at e),
+// so the FPU rounds to nearest even where float16 would, subnormals included; this assumes the
+// default rounding mode, which hora never changes (floatToHalf in base/ is the mode-independent
+// reference). bits(sum) - bits(m) is then the rounded significand k in float16 units, and the
+// float16 pattern is ((max(e, -14) + 14) << 10) + k: a carry of k into 2^11 moves to the next
+// exponent, up to infinity from 65520 on, and a subnormal has exponent term 0. Clamping |f| to 2^16
+// first keeps larger values on that path to infinity.
+//
+// The arithmetic runs one bit to the left and shifts back at the very end: the final right shift
+// needs 17 bits, which stops GCC from narrowing the arithmetic before it to 16-bit lanes, which on
+// SSE2 (no packusdw) costs a several-shuffle pack for each operand instead of one at the end.
 inline uint16_t floatToHalfVec(float f) {
   const uint32_t x = bitsOf(f);
-  const uint32_t sign = (x >> 16) & 0x8000u;
-  const uint32_t a = x & 0x7fffffffu;
-  // a < 2^31, so signed compares are exact and cheaper than unsigned ones without SSE4.
-  const auto sa = static_cast<int32_t>(a);
-  const uint32_t nan = 0x7e00u | ((a >> 13) & 0x3ffu);
-  const uint32_t normal = (a - 0x38000000u + 0xfffu + ((a >> 13) & 1u)) >> 13;
-  // Below 2^-14, adding 0.5 moves the value where one float ulp is 2^-24, the half subnormal step,
-  // so the FPU's round-to-nearest-even does the rounding. Assumes the default rounding mode
-  // (hora never changes it); floatToHalf in base/ is the mode-independent reference.
-  const uint32_t sub = bitsOf(floatOf(a) + 0.5f) - 0x3f000000u;
-  const uint32_t big = sa > 0x7f800000 ? nan : 0x7c00u;
-  const uint32_t r = selectBits(sa < 0x38800000, sub, sa >= 0x47800000 ? big : normal);
-  return static_cast<uint16_t>(r | sign);
+  const auto a = static_cast<int32_t>(x & 0x7fffffffu);  // |f| < 2^31: signed compares suffice
+  const uint32_t c = selectBits(a < 0x47800000, static_cast<uint32_t>(a), 0x47800000u);
+  const uint32_t e = c & 0x7f800000u;
+  const uint32_t m = selectBits(static_cast<int32_t>(e) > 0x38800000, e, 0x38800000u) + (13u << 23);
+  const uint32_t sum = bitsOf(floatOf(c) + floatOf(m));
+  const uint32_t half2 = ((sum - m) << 1) + (m >> 12) - (126u << 11);
+  // NaN: keep the top of the payload and set the quiet bit, as floatToHalf does.
+  const uint32_t nan2 = 0xfc00u | ((x >> 12) & 0x7feu);
+  const uint32_t sign2 = (x >> 15) & 0x10000u;
+  return static_cast<uint16_t>((selectBits(a > 0x7f800000, nan2, half2) | sign2) >> 1);
 }
 
 inline float bfloat16ToFloatVec(uint16_t b) { return floatOf(static_cast<uint32_t>(b) << 16); }
 
+// Rounds in 32 bits and shifts once at the end, for the same reason as floatToHalfVec.
 inline uint16_t floatToBfloat16Vec(float f) {
   const uint32_t x = bitsOf(f);
-  const uint32_t quietNan = (x >> 16) | 0x0040u;
-  const uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
   const bool isNan = static_cast<int32_t>(x & 0x7fffffffu) > 0x7f800000;
-  return static_cast<uint16_t>(isNan ? quietNan : rounded);
+  const uint32_t rounded = x + 0x7fffu + ((x >> 16) & 1u);  // to nearest even; carries reach inf
+  return static_cast<uint16_t>(selectBits(isNan, x | 0x00400000u, rounded) >> 16);
 }
 
 // Lets one template serve both 16-bit float formats.
@@ -319,8 +334,7 @@ void reduceInto(void *dst, const void *src, int64_t count, DType dtype, ReduceOp
     case ReduceOp::kMax: return reduceTyped<MaxOp>(dst, src, count, dtype);
     case ReduceOp::kProduct: return reduceTyped<ProductOp>(dst, src, count, dtype);
   }
-  throw std::invalid_argument("reduceInto: invalid reduce op " +
-                              std::to_string(static_cast<unsigned>(op)));
+  HORA_THROW(HORA_ERR_INTERNAL, "reduceInto: invalid reduce op ", static_cast<unsigned>(op));
 }
 
 }  // namespace hora

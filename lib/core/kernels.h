@@ -13,9 +13,13 @@ enum class ReduceOp : uint8_t { kSum = 0, kAverage = 1, kMin = 2, kMax = 3, kPro
 constexpr int kNumReduceOps = 5;
 const char *reduceOpName(ReduceOp op);  // "sum", "average", ...
 
-// buf[i] *= factor for `count` elements of a floating dtype (float16/bfloat16 computed in float32,
-// float32 in float32, float64 in float64). factor == 1.0 returns at once. Integer dtypes: no-op
-// is not allowed; the caller rejects scaling of integers before it gets here (HORA_ENFORCE).
+// Source and destination never overlap (restrict); a negative count or an invalid dtype/op
+// throws Error(HORA_ERR_INTERNAL): callers validate first.
+
+// buf[i] *= factor for `count` elements of a floating dtype: float64 in float64; float32,
+// float16 and bfloat16 in float32 (the factor rounded to float32). factor == 1.0 returns at once
+// for every dtype; any other factor on an integer dtype throws (the C API refuses it earlier
+// with HORA_ERR_UNSUPPORTED).
 void scaleInPlace(void *buf, int64_t count, DType dtype, double factor);
 
 // dst[i] = float(src[i]) * factor, src float16 or bfloat16.
