@@ -194,6 +194,85 @@ TEST(Controller, CacheDisabledStillNegotiates) {
   });
 }
 
+TEST(Controller, JoinedRanksTakePartUntilEveryRankHasJoined) {
+  // 3 ranks: rank 2 joins at once, rank 1 after one more op, rank 0 after two.
+  constexpr int kRanks = 3;
+  ThreadGroup group(kRanks);
+  std::vector<std::vector<std::string>> seen(kRanks);
+  std::vector<int64_t> lastJoined(kRanks, -2);
+  runRanks(kRanks, [&](int rank) {
+    ThreadControlPlane plane(group, rank);
+    Controller c(plane, 16);
+    PendingMap pending;
+    // A cached op first, so the cache's bypass while someone is joined is exercised too.
+    add(pending, msg("warm", {2}));
+    cycle(c, pending);
+    const int ops = 2 - rank;  // ops before joining
+    for (int i = 0; i < ops; ++i) add(pending, msg(i == 0 ? "warm" : "x" + std::to_string(i), {2}));
+    bool joined = false;
+    // A fixed number of cycles on every rank keeps the cycles collective, as the engine does.
+    for (int cycleNo = 0; cycleNo < 6; ++cycleNo) {
+      if (!joined && pending.empty()) {  // hora_join comes once this rank's own ops are done
+        add(pending, msg("join.noname.0", {}, OpType::kJoin));
+        joined = true;
+      }
+      auto out = cycle(c, pending);
+      for (const Response &r : out.responses) {
+        seen[static_cast<size_t>(rank)].push_back(r.agreed.name);
+        if (r.agreed.op == OpType::kJoin) lastJoined[static_cast<size_t>(rank)] = r.firstDims.at(0);
+        if (r.agreed.name == "warm") EXPECT_EQ(r.joined, (std::vector<int32_t>{2}));
+        if (r.agreed.name == "x1") EXPECT_EQ(r.joined, (std::vector<int32_t>{1, 2}));
+      }
+    }
+    EXPECT_TRUE(pending.empty()) << "rank " << rank;
+  });
+  for (int r = 0; r < kRanks; ++r) {
+    // Every rank, joined or not, runs the same responses in the same order.
+    EXPECT_EQ(seen[static_cast<size_t>(r)], (std::vector<std::string>{"warm", "x1", "join.noname.0"}))
+        << "rank " << r;
+    EXPECT_EQ(lastJoined[static_cast<size_t>(r)], 0);
+  }
+}
+
+TEST(CheckAgreement, JoinedRanksAreLeftOutAndABroadcastFromOneFails) {
+  RequestMsg a = msg("t", {4}), b = msg("t", {4});
+  Response r = checkAgreement(std::vector<const RequestMsg *>{&a, nullptr, &b});
+  ASSERT_TRUE(r.ok()) << r.error;
+  EXPECT_EQ(r.joined, (std::vector<int32_t>{1}));
+  RequestMsg bc = msg("b", {4}, OpType::kBroadcast);
+  bc.root = 1;
+  r = checkAgreement(std::vector<const RequestMsg *>{&bc, nullptr});
+  EXPECT_EQ(r.status, HORA_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(r.error.find("root rank 1 has joined"), std::string::npos) << r.error;
+  RequestMsg g = msg("g", {3, 2}, OpType::kAllgather);
+  r = checkAgreement(std::vector<const RequestMsg *>{nullptr, &g});
+  EXPECT_EQ(r.firstDims, (std::vector<int64_t>{0, 3}));
+}
+
+TEST(CheckAgreement, AlltoallBuildsTheSplitMatrix) {
+  RequestMsg a = msg("a2a", {3, 2}, OpType::kAlltoall), b = msg("a2a", {1, 2}, OpType::kAlltoall);
+  a.splits = {1, 2};
+  b.splits = {0, 1};
+  Response r = checkAgreement(std::vector<RequestMsg>{a, b});
+  ASSERT_TRUE(r.ok()) << r.error;
+  EXPECT_EQ(r.firstDims, (std::vector<int64_t>{1, 2, 0, 1}));
+  b.shapes = {{1, 3}};
+  r = checkAgreement(std::vector<RequestMsg>{a, b});
+  EXPECT_EQ(r.error,
+            "alltoall 'a2a': ranks disagree on rank or trailing dimensions: rank 0 [*,2]; rank 1 [*,3]");
+}
+
+TEST(CheckAgreement, ProcessSetRanksMustAgree) {
+  RequestMsg a = msg("process_set_create.noname.0", {}, OpType::kProcessSetCreate);
+  a.shapes.clear();
+  RequestMsg b = a;
+  a.splits = {0, 2};
+  b.splits = {0, 1};
+  Response r = checkAgreement(std::vector<RequestMsg>{a, b});
+  EXPECT_EQ(r.status, HORA_ERR_MISMATCH);
+  EXPECT_NE(r.error.find("disagree on ranks: rank 0 [0,2]; rank 1 [0,1]"), std::string::npos) << r.error;
+}
+
 TEST(CheckAgreement, AllgatherCollectsFirstDimsAndChecksTrailingOnes) {
   std::vector<RequestMsg> ok = {msg("g", {2, 3}, OpType::kAllgather),
                                 msg("g", {0, 3}, OpType::kAllgather),

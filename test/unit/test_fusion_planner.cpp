@@ -68,6 +68,52 @@ TEST(FusionPlanner, EmptyListAndZeroSizedTensors) {
   EXPECT_EQ(members(planFusion(rs, 100)), (Groups{{0, 1}}));
 }
 
+Response gather(const std::string &name, std::vector<int64_t> firstDims, int64_t cols,
+                DType dtype = DType::kFloat32) {
+  Response r;
+  r.agreed.name = name;
+  r.agreed.op = OpType::kAllgather;
+  r.agreed.dtype = dtype;
+  r.agreed.shapes = {{firstDims.at(0), cols}};
+  r.firstDims = std::move(firstDims);
+  return r;
+}
+
+TEST(FusionPlanner, AllgathersFuseByGatheredBytesAndNeverWithAllreduces) {
+  // 4-byte floats, 2 columns: {1,2,0} rows gather to 3 rows = 24 bytes; {0,0,5} = 40 bytes.
+  std::vector<Response> rs = {gather("g0", {1, 2, 0}, 2), allreduce("a", 6), gather("g1", {0, 0, 5}, 2),
+                              gather("g2", {1, 1, 1}, 2, DType::kInt32)};
+  EXPECT_EQ(responseBytes(rs[0]), 24);
+  EXPECT_EQ(responseBytes(rs[2]), 40);
+  EXPECT_EQ(members(planFusion(rs, 1000)), (Groups{{0, 2}, {1}, {3}}));
+  EXPECT_EQ(members(planFusion(rs, 50)), (Groups{{0}, {1}, {2}, {3}}));
+}
+
+TEST(FusionPlanner, ReducescattersFuseLikeAllreducesButSeparately) {
+  std::vector<Response> rs = {allreduce("a", 4), allreduce("b", 4), allreduce("c", 4)};
+  rs[1].agreed.op = OpType::kReducescatter;
+  rs[2].agreed.op = OpType::kReducescatter;
+  rs.push_back(allreduce("d", 4, DType::kFloat32, ReduceOp::kMax));
+  rs.back().agreed.op = OpType::kReducescatter;
+  EXPECT_EQ(members(planFusion(rs, 1000)), (Groups{{0}, {1, 2}, {3}}));
+}
+
+TEST(FusionPlanner, ResponsesWithDifferentJoinedRanksDoNotFuse) {
+  std::vector<Response> rs = {allreduce("a", 4), allreduce("b", 4), allreduce("c", 4)};
+  rs[1].joined = {2};
+  rs[2].joined = {2};
+  EXPECT_EQ(members(planFusion(rs, 1000)), (Groups{{0}, {1, 2}}));
+}
+
+TEST(FusionPlanner, GroupedAllreduceStaysWholeAndMayJoinOthers) {
+  Response grouped = allreduce("grp", 10);
+  grouped.agreed.shapes.push_back({10});  // 80 bytes in two tensors
+  std::vector<Response> rs = {allreduce("a", 10), grouped};
+  EXPECT_EQ(members(planFusion(rs, 120)), (Groups{{0, 1}}));
+  EXPECT_EQ(members(planFusion(rs, 100)), (Groups{{0}, {1}}));
+  EXPECT_EQ(members(planFusion({grouped}, 10)), (Groups{{0}}));
+}
+
 TEST(FusionPlanner, ResponseBytesCountsEveryTensor) {
   Response r = allreduce("g", 3, DType::kFloat16);
   r.agreed.shapes.push_back({2, 5});

@@ -21,6 +21,7 @@ RequestMsg sample(int i) {
   m.prescale = 0.5 * i;
   m.postscale = 1.0 / (i + 1);
   m.shapes = {{i, 3, 7}, {}};
+  m.splits = {i, 0, 2 * i};
   return m;
 }
 
@@ -45,6 +46,7 @@ TEST(Message, ResponsesRoundTrip) {
   in[1].error = "allreduce 'x': ranks disagree on shape";
   in[2].agreed = sample(3);
   in[2].firstDims = {1, 2, 0, 5};
+  in[2].joined = {0, 3};
   std::vector<Response> out = decodeResponses(encodeResponses(in));
   ASSERT_EQ(out.size(), 3u);
   for (size_t i = 0; i < 3; ++i) {
@@ -52,6 +54,7 @@ TEST(Message, ResponsesRoundTrip) {
     EXPECT_EQ(out[i].status, in[i].status);
     EXPECT_EQ(out[i].error, in[i].error);
     EXPECT_EQ(out[i].firstDims, in[i].firstDims);
+    EXPECT_EQ(out[i].joined, in[i].joined);
   }
 }
 
