@@ -156,7 +156,9 @@ TEST(EngineSingle, ShutdownCompletesEverythingQueued) {
     ASSERT_TRUE(r->done());
     const Status s = r->status();
     EXPECT_TRUE(s.ok() || s.code == HORA_ERR_SHUT_DOWN) << s.message;
-    if (s.code == HORA_ERR_SHUT_DOWN) EXPECT_NE(s.message.find(r->name()), std::string::npos);
+    if (s.code == HORA_ERR_SHUT_DOWN) {
+      EXPECT_NE(s.message.find(r->name()), std::string::npos);
+    }
   }
 }
 

@@ -87,7 +87,9 @@ TEST(ResponseCache, SameCallsGiveSameSlots) {
   }
   for (int s = 0; s < 8; ++s) {
     ASSERT_EQ(x.occupied(s), y.occupied(s));
-    if (x.occupied(s)) EXPECT_EQ(x.response(s).agreed.name, y.response(s).agreed.name);
+    if (x.occupied(s)) {
+      EXPECT_EQ(x.response(s).agreed.name, y.response(s).agreed.name);
+    }
   }
 }
 

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Every test: installs missing Debian packages, builds hora in build/, runs `meson test` and ends
+# with one line "N passed, N failed[, N skipped]". Exits non-zero if any test did not pass.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+builddir=${HORA_BUILDDIR:-build}
+
+tools/setup.sh
+
+if [ -f "$builddir/build.ninja" ]; then
+  meson setup --reconfigure "$builddir" >/dev/null
+else
+  meson setup "$builddir" >/dev/null
+fi
+ninja -C "$builddir" -j "${HORA_BUILD_JOBS:-2}"
+
+testlog="$builddir/meson-logs/testlog.json"
+rm -f "$testlog"
+rc=0
+meson test -C "$builddir" --no-rebuild --print-errorlogs --num-processes 2 "$@" || rc=$?
+
+if [ ! -s "$testlog" ]; then
+  echo "run_tests.sh: meson test wrote no $testlog (exit status $rc)" >&2
+  echo "0 passed, 0 failed"
+  exit $(( rc != 0 ? rc : 1 ))
+fi
+# One JSON object per test. EXPECTEDFAIL counts as passed; UNEXPECTEDPASS, TIMEOUT and ERROR as failed.
+summary=$(/usr/bin/python3 - "$testlog" <<'PY'
+import json, sys
+passed = failed = skipped = 0
+with open(sys.argv[1]) as f:
+    for line in f:
+        line = line.strip()
+        if not line:
+            continue
+        result = json.loads(line).get("result")
+        if result in ("OK", "EXPECTEDFAIL"):
+            passed += 1
+        elif result == "SKIP":
+            skipped += 1
+        else:
+            failed += 1
+print(f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
+print(1 if failed else 0)
+PY
+)
+line=${summary%$'\n'*}
+any_failed=${summary##*$'\n'}
+echo "$line"
+if [ "$any_failed" != 0 ] && [ "$rc" -eq 0 ]; then rc=1; fi
+exit "$rc"

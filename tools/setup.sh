@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Installs the Debian 12 packages hora's build and tests need. Idempotent: silent and offline when
+# everything is already installed; otherwise one `apt-get update` and one `apt-get install`.
+set -euo pipefail
+
+packages=(
+  meson ninja-build pkg-config gcc g++   # build
+  libopenmpi-dev openmpi-bin libhwloc-dev   # MPI bootstrap and CPU backend, mpirun
+  libdlpack-dev                          # DLTensor, used by the public header
+  libgtest-dev                           # unit and multi-process tests
+  python3                                # /usr/bin/python3: run_tests.sh reads meson's testlog
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  # `dpkg -s` alone also succeeds for removed-but-not-purged packages: check the status line.
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "setup.sh: installing ${missing[*]}" >&2
+if [ "$(id -u)" -eq 0 ]; then
+  as_root=()
+elif command -v sudo >/dev/null 2>&1; then
+  as_root=(sudo)
+else
+  echo "setup.sh: missing packages (${missing[*]}) and not root, no sudo: install them and rerun" >&2
+  exit 1
+fi
+"${as_root[@]}" apt-get update -qq
+"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive \
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "setup.sh: done" >&2
