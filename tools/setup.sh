@@ -9,6 +9,8 @@ packages=(
   libopenmpi-dev openmpi-bin libhwloc-dev   # MPI bootstrap and CPU backend, mpirun
   libdlpack-dev                          # DLTensor, used by the public header
   libgtest-dev                           # unit and multi-process tests
+  libgloo-dev                            # Gloo: CPU backend and transport of env:// worlds
+  iproute2                               # ip netns: the two-host test on one machine
   python3                                # /usr/bin/python3: run_tests.sh reads meson's testlog
 )
 

@@ -8,6 +8,10 @@
 
 #include "base/error.h"
 #include "hora_config.h"
+#if HORA_HAVE_GLOO
+#include "backends/gloo/gloo_backend.h"
+#include "backends/gloo/gloo_group.h"
+#endif
 #if HORA_HAVE_MPI
 #include "backends/mpi/mpi_backend.h"
 #include "bootstrap/mpi/mpi_bootstrap.h"
@@ -22,7 +26,7 @@ struct Candidate {
   std::function<std::unique_ptr<Backend>(Bootstrap &, Group &, std::string *why)> make;
 };
 
-std::vector<Candidate> candidates() {
+std::vector<Candidate> candidates(const Knobs &knobs) {
   std::vector<Candidate> list;
 #if HORA_HAVE_MPI
   list.push_back({"mpi", [](Bootstrap &, Group &g, std::string *why) -> std::unique_ptr<Backend> {
@@ -34,10 +38,20 @@ std::vector<Candidate> candidates() {
                     return createMpiBackend(mpi->dataComm());
                   }});
 #endif
+#if HORA_HAVE_GLOO
+  list.push_back({"gloo", [&knobs](Bootstrap &, Group &g, std::string *why) -> std::unique_ptr<Backend> {
+                    if (dynamic_cast<GlooGroup *>(&g) == nullptr && knobs.cpuBackend != "gloo") {
+                      *why = "the world was formed by MPI (HORA_CPU_BACKEND=gloo selects Gloo anyway)";
+                      return nullptr;
+                    }
+                    return createGlooBackend(g, knobs.timeoutS);
+                  }});
+#else
   list.push_back({"gloo", [](Bootstrap &, Group &, std::string *why) -> std::unique_ptr<Backend> {
-                    *why = "not built yet (issue 4)";
+                    *why = "this build has no Gloo (meson option gloo; Debian package libgloo-dev)";
                     return nullptr;
                   }});
+#endif
   list.push_back({"self", [](Bootstrap &, Group &g, std::string *why) -> std::unique_ptr<Backend> {
                     if (g.size() != 1) {
                       *why = "only serves a world of one";
@@ -52,7 +66,7 @@ std::vector<Candidate> candidates() {
 
 std::unique_ptr<Backend> createCpuBackend(const Knobs &knobs, Bootstrap &bootstrap, Group &group) {
   std::string tried;
-  for (const Candidate &c : candidates()) {
+  for (const Candidate &c : candidates(knobs)) {
     if (knobs.cpuBackend != "auto" && knobs.cpuBackend != c.name &&
         !(std::string(c.name) == "self" && group.size() == 1)) {
       continue;
@@ -64,6 +78,19 @@ std::unique_ptr<Backend> createCpuBackend(const Knobs &knobs, Bootstrap &bootstr
   HORA_THROW(HORA_ERR_UNSUPPORTED, "no CPU backend can serve a group of ", group.size(),
              " ranks in a world formed by ", bootstrap.launcher(),
              " (HORA_CPU_BACKEND=", knobs.cpuBackend, "): ", tried);
+}
+
+std::unique_ptr<Group> createStoreGroup(std::shared_ptr<TcpStoreClient> store,
+                                        const std::string &prefix, int rank, int size,
+                                        const std::string &localAddress, double timeoutS) {
+#if HORA_HAVE_GLOO
+  return std::make_unique<GlooGroup>(std::move(store), prefix, rank, size, localAddress, timeoutS);
+#else
+  (void)store, (void)prefix, (void)rank, (void)localAddress, (void)timeoutS;
+  if (size == 1) return nullptr;
+  HORA_THROW(HORA_ERR_UNSUPPORTED, "a world formed by env:// or Slurm needs the Gloo transport, "
+             "and this build has no Gloo (meson option gloo; Debian package libgloo-dev)");
+#endif
 }
 
 }  // namespace hora

@@ -6,6 +6,7 @@
 
 #include "base/knobs.h"
 #include "bootstrap/bootstrap.h"
+#include "bootstrap/env/tcp_store.h"
 #include "core/backend.h"
 
 namespace hora {
@@ -14,6 +15,12 @@ namespace hora {
 // first if set) and returns the first that can serve this world. Throws Error(UNSUPPORTED)
 // saying which backends were considered and why each could not serve.
 std::unique_ptr<Backend> createCpuBackend(const Knobs &knobs, Bootstrap &bootstrap, Group &group);
+
+// A group over hora's TCP store (env:// and Slurm worlds): Gloo's TCP mesh, rendezvoused under
+// `prefix`. Throws Error(UNSUPPORTED) in a build without Gloo.
+std::unique_ptr<Group> createStoreGroup(std::shared_ptr<TcpStoreClient> store,
+                                        const std::string &prefix, int rank, int size,
+                                        const std::string &localAddress, double timeoutS);
 
 // A world of one: copies.
 std::unique_ptr<Backend> createSelfBackend();

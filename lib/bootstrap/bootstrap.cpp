@@ -3,8 +3,11 @@
 #include "bootstrap/bootstrap.h"
 
 #include <cstdlib>
+#include <string>
 
 #include "base/error.h"
+#include "bootstrap/env/env_bootstrap.h"
+#include "bootstrap/env/launch_config.h"
 #include "hora_config.h"
 #if HORA_HAVE_MPI
 #include "bootstrap/mpi/mpi_bootstrap.h"
@@ -13,35 +16,48 @@
 namespace hora {
 namespace {
 
-bool isSet(const char *name) {
+const char *lookup(const char *name) {
   const char *v = std::getenv(name);
-  return v != nullptr && v[0] != '\0';
+  return v != nullptr && v[0] != '\0' ? v : nullptr;
 }
 
 bool launchedByMpi() {
-  return isSet("OMPI_COMM_WORLD_SIZE") || isSet("PMI_SIZE") || isSet("PMIX_RANK");
+  return lookup("OMPI_COMM_WORLD_SIZE") || lookup("PMI_SIZE") || lookup("PMIX_RANK");
 }
 
 bool envRendezvous() {
-  return isSet("MASTER_ADDR") && isSet("MASTER_PORT") && isSet("RANK") && isSet("WORLD_SIZE");
+  return lookup("MASTER_ADDR") && lookup("MASTER_PORT") && lookup("RANK") && lookup("WORLD_SIZE");
 }
 
-bool slurmTask() { return isSet("SLURM_PROCID") && isSet("SLURM_NTASKS"); }
+bool slurmTask() { return lookup("SLURM_PROCID") && lookup("SLURM_NTASKS"); }
+
+// Where two sources give a world size, they must agree: an MPI world of 4 under WORLD_SIZE=2
+// is a launch mistake that would otherwise surface as a hang or a wrong average.
+void checkWorldSize(const Topology &t, const char *source) {
+  for (const char *var : {"WORLD_SIZE", "SLURM_NTASKS"}) {
+    const char *v = lookup(var);
+    // SLURM_NTASKS describes this process's step only when srun started it (SLURM_PROCID set);
+    // an mpirun inside an allocation may rightly use fewer ranks than the allocation has.
+    if (v == nullptr || (std::string(var) == "SLURM_NTASKS" && !lookup("SLURM_PROCID"))) continue;
+    if (std::string(v) != std::to_string(t.size)) {
+      HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "hora_init: the world formed by ", source, " has ",
+                 t.size, " ranks but ", var, "=", v,
+                 "; launch with matching sizes or unset the stale variable");
+    }
+  }
+}
 
 std::unique_ptr<Bootstrap> mpiBootstrap(const Knobs &knobs) {
 #if HORA_HAVE_MPI
-  return createMpiBootstrap(knobs.timeoutS);
+  std::unique_ptr<Bootstrap> b = createMpiBootstrap(knobs.timeoutS);
+  checkWorldSize(b->topology(), "mpi");
+  return b;
 #else
+  (void)knobs;
   HORA_THROW(HORA_ERR_UNSUPPORTED,
              "hora_init: the MPI bootstrap was asked for (launched by mpirun, or HORA_BOOTSTRAP=mpi) "
              "but this build has no MPI (meson option mpi)");
 #endif
-}
-
-[[noreturn]] void envNotAvailable(const char *why) {
-  HORA_THROW(HORA_ERR_UNSUPPORTED, "hora_init: ", why,
-             ", but the env:// and Slurm bootstraps are not available in this build yet "
-             "(issue 4); start the job with mpirun, or unset HORA_BOOTSTRAP for a world of one");
 }
 
 }  // namespace
@@ -56,17 +72,14 @@ std::unique_ptr<Bootstrap> createBootstrap(const Knobs &knobs) {
   const std::string &mode = knobs.bootstrap;
   if (mode == "mpi") return mpiBootstrap(knobs);
   if (mode == "single") return createSingleBootstrap();
-  if (mode == "env") envNotAvailable("HORA_BOOTSTRAP=env was set");
+  if (mode == "env") {
+    // Explicit env: torchrun variables, else a Slurm task's.
+    if (!envRendezvous() && slurmTask()) return createEnvBootstrap(readSlurmConfig(lookup), knobs);
+    return createEnvBootstrap(readEnvConfig(lookup), knobs);
+  }
   if (launchedByMpi()) return mpiBootstrap(knobs);
-  if (envRendezvous()) {
-    const char *ws = std::getenv("WORLD_SIZE");
-    if (std::string(ws) == "1") return createSingleBootstrap();
-    envNotAvailable("MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE are set");
-  }
-  if (slurmTask()) {
-    if (std::string(std::getenv("SLURM_NTASKS")) == "1") return createSingleBootstrap();
-    envNotAvailable("this is a Slurm task of a multi-task step");
-  }
+  if (envRendezvous()) return createEnvBootstrap(readEnvConfig(lookup), knobs);
+  if (slurmTask()) return createEnvBootstrap(readSlurmConfig(lookup), knobs);
   return createSingleBootstrap();
 }
 

@@ -38,6 +38,8 @@ class Bootstrap {
   virtual ~Bootstrap() = default;
   virtual const char *launcher() const = 0;  // "mpi", "single"
   virtual const Topology &topology() const = 0;
+  // Where the world met, for the init log line ("store 10.0.0.1:29500"); empty if nowhere.
+  virtual std::string rendezvousPoint() const { return ""; }
   // The world as a group; called once.
   virtual std::unique_ptr<Group> worldGroup() = 0;
   // Collective over the world, from the thread that owns `world`: the group of `ranks` (sorted,

@@ -16,6 +16,7 @@ std::shared_ptr<Engine> Engine::start(const Knobs &knobs) {
     e->bootstrap_ = createBootstrap(e->knobs_);
     e->topology_ = e->bootstrap_->topology();
     e->launcher_ = e->bootstrap_->launcher();
+    e->rendezvousPoint_ = e->bootstrap_->rendezvousPoint();
     setLogRank(e->topology_.rank);
     SetEngine::Parts parts;
     parts.group = e->bootstrap_->worldGroup();
@@ -36,6 +37,7 @@ std::shared_ptr<Engine> Engine::start(const Knobs &knobs) {
   HORA_LOG(kInfo) << "launcher " << engine->launcher_ << ", rank " << engine->topology_.rank
                   << " of " << engine->topology_.size << ", local rank "
                   << engine->topology_.localRank << " of " << engine->topology_.localSize
+                  << (engine->rendezvousPoint_.empty() ? "" : ", ") << engine->rendezvousPoint_
                   << ", cpu backend " << engine->backendName_;
   return engine;
 }

@@ -54,6 +54,7 @@ class Engine final : private SetOpHandler {
   Topology topology_;
   const char *launcher_ = "";
   const char *backendName_ = "";
+  std::string rendezvousPoint_;
   // Created on the world thread; createGroup is only called there.
   std::unique_ptr<Bootstrap> bootstrap_;
   Group *worldGroup_ = nullptr;  // owned by the world SetEngine

@@ -1,0 +1,91 @@
+// SPDX-License-Identifier: Apache-2.0
+// EnvWorld: the rendezvous, and one store-backed group per process set.
+#include "bootstrap/env/env_bootstrap.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+
+#include "backends/registry.h"
+#include "base/error.h"
+#include "bootstrap/env/rendezvous.h"
+
+namespace hora {
+namespace {
+
+// Counts runtimes started in this process, so that keys of a runtime started after hora_shutdown
+// never meet the previous one's (every rank starts the same number of runtimes).
+std::atomic<uint64_t> gEpochs{0};
+
+class EnvWorld final : public Bootstrap {
+ public:
+  EnvWorld(const LaunchConfig &config, const Knobs &knobs)
+      : launcher_(config.launcher == "slurm" ? "slurm" : "env"), timeoutS_(knobs.timeoutS) {
+    rv_ = rendezvous(config, knobs.timeoutS, gEpochs++);
+    localAddress_ = routeAddressTo(config.masterAddr, config.masterPort);
+  }
+
+  const char *launcher() const override { return launcher_; }
+  const Topology &topology() const override { return rv_.topology; }
+  std::string rendezvousPoint() const override { return "store " + rv_.address; }
+
+  std::unique_ptr<Group> worldGroup() override {
+    return createStoreGroup(rv_.store, rv_.prefix + "world/", rv_.topology.rank,
+                            rv_.topology.size, localAddress_, timeoutS_);
+  }
+
+  std::unique_ptr<Group> createGroup(Group &, const std::vector<int> &ranks) override {
+    // Every rank counts every set, members or not, so a set's keys are the same everywhere.
+    const uint64_t n = sets_++;
+    auto it = std::find(ranks.begin(), ranks.end(), rv_.topology.rank);
+    if (it == ranks.end()) return nullptr;
+    return createStoreGroup(rv_.store, rv_.prefix + "set" + std::to_string(n) + "/",
+                            static_cast<int>(it - ranks.begin()), static_cast<int>(ranks.size()),
+                            localAddress_, timeoutS_);
+  }
+
+ private:
+  const char *launcher_;
+  double timeoutS_;
+  Rendezvous rv_;
+  std::string localAddress_;
+  uint64_t sets_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Bootstrap> createEnvBootstrap(const LaunchConfig &config, const Knobs &knobs) {
+  return std::make_unique<EnvWorld>(config, knobs);
+}
+
+std::string routeAddressTo(const std::string &host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo *found = nullptr;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || !found) {
+    HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "cannot resolve the master address '", host, "'");
+  }
+  std::string address = "127.0.0.1";
+  const int fd = socket(AF_INET, SOCK_DGRAM, 0);
+  if (fd >= 0) {
+    if (connect(fd, found->ai_addr, found->ai_addrlen) == 0) {
+      sockaddr_in self{};
+      socklen_t len = sizeof self;
+      char text[INET_ADDRSTRLEN] = {0};
+      if (getsockname(fd, reinterpret_cast<sockaddr *>(&self), &len) == 0 &&
+          inet_ntop(AF_INET, &self.sin_addr, text, sizeof text)) {
+        address = text;
+      }
+    }
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return address;
+}
+
+}  // namespace hora

@@ -1,0 +1,22 @@
+// SPDX-License-Identifier: Apache-2.0
+// Worlds formed without MPI: torchrun-style variables or Slurm, over hora's TCP store.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "base/knobs.h"
+#include "bootstrap/bootstrap.h"
+#include "bootstrap/env/launch_config.h"
+
+namespace hora {
+
+// Rendezvous at config's master (rank 0 serves the store), then groups on the store-based
+// transport the backend registry provides (Gloo's TCP mesh).
+std::unique_ptr<Bootstrap> createEnvBootstrap(const LaunchConfig &config, const Knobs &knobs);
+
+// The local IPv4 address that routes to host:port (a connected UDP socket's own address; no
+// packet is sent): what peers should use to reach this rank. "127.0.0.1" for a loopback master.
+std::string routeAddressTo(const std::string &host, int port);
+
+}  // namespace hora

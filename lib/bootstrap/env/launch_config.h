@@ -1,0 +1,41 @@
+// SPDX-License-Identifier: Apache-2.0
+// Where the store is and who this process is, read from torchrun-style or Slurm variables.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace hora {
+
+struct LaunchConfig {
+  std::string launcher;  // "env" or "slurm"
+  std::string masterAddr;
+  int masterPort = 0;
+  int rank = -1, worldSize = -1;
+  // -1 = not given: the rendezvous derives them from host names.
+  int localRank = -1, localWorldSize = -1, nodeRank = -1;
+};
+
+// The value of an environment variable, or nullptr when unset (std::getenv, or a map in tests).
+using EnvLookup = std::function<const char *(const char *)>;
+
+// torchrun's variables: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE required; LOCAL_RANK,
+// LOCAL_WORLD_SIZE, NODE_RANK (or torchrun's GROUP_RANK) optional. A malformed or missing value
+// -> Error(HORA_ERR_INVALID_ARGUMENT) naming the variable, its value and what is expected.
+LaunchConfig readEnvConfig(const EnvLookup &env);
+
+// A task started by srun: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID and the tasks
+// per node; the master is the first host of the step's node list unless MASTER_ADDR is set, the
+// port MASTER_PORT or else one derived from SLURM_JOB_ID (rule in the .cpp).
+LaunchConfig readSlurmConfig(const EnvLookup &env);
+
+// Slurm's compressed host list: "node[01-03,7],gpu-a" -> node01 node02 node03 node7 gpu-a.
+// Zero padding is kept; several bracket groups in one name multiply out. Malformed ->
+// Error(HORA_ERR_INVALID_ARGUMENT).
+std::vector<std::string> expandSlurmNodelist(const std::string &list);
+
+// The port used under Slurm when MASTER_PORT is not set.
+int slurmPortForJob(unsigned long long jobId);
+
+}  // namespace hora

@@ -1,0 +1,74 @@
+# SPDX-License-Identifier: Apache-2.0
+"""horarun when a rank fails: one line naming it, the others stopped, nothing left behind."""
+
+import re
+import time
+import unittest
+
+from launcher_util import TempDirTest, clean_env, kill_leftovers, process_gone, rank_cmd, \
+    run_horarun
+
+# The ranks left running sleep 60 s; stopping them must take a small part of that.
+STOP_LIMIT_S = 10
+
+
+class RankFailure(TempDirTest):
+
+    def assert_nothing_left(self):
+        pids = self.read_pids("pid.")
+        self.assertTrue(pids, "the sleeping ranks never wrote their pids")
+        deadline = time.monotonic() + 3  # orphaned helpers wait for init to reap them
+        while time.monotonic() < deadline and not all(process_gone(p) for p in pids):
+            time.sleep(0.05)
+        alive = [p for p in pids if not process_gone(p)]
+        kill_leftovers(alive)
+        self.assertEqual(alive, [], "processes left behind")
+
+    def failure_lines(self, stderr):
+        return [l for l in stderr.splitlines() if l.startswith("horarun: rank ")]
+
+    def test_exit_status_stops_the_others(self):
+        proc, took = run_horarun(["-np", "4"] + rank_cmd("fail", self.dir, 2, 3))
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertLess(took, STOP_LIMIT_S)
+        self.assertEqual(self.failure_lines(proc.stderr),
+                         ["horarun: rank 2 exited with status 3; stopping the other 3 ranks"])
+        self.assert_nothing_left()
+
+    def test_killed_by_signal(self):
+        proc, took = run_horarun(["-np", "3"] + rank_cmd("fail", self.dir, 1, "kill"))
+        self.assertEqual(proc.returncode, 128 + 9, proc.stderr)
+        self.assertLess(took, STOP_LIMIT_S)
+        self.assertEqual(
+            self.failure_lines(proc.stderr),
+            ["horarun: rank 1 was killed by signal 9 (SIGKILL); stopping the other 2 ranks"])
+        self.assert_nothing_left()
+
+    def test_sigterm_ignored_then_sigkill(self):
+        # The survivors ignore SIGTERM: horarun must SIGKILL them once --grace has passed.
+        proc, took = run_horarun(["-np", "3", "--grace", "1"] + rank_cmd("fail", self.dir, 0, 5),
+                                 env=clean_env(IGNORE_TERM="1"))
+        self.assertEqual(proc.returncode, 5, proc.stderr)
+        self.assertGreaterEqual(took, 1.0)
+        self.assertLess(took, STOP_LIMIT_S)
+        self.assertEqual(self.failure_lines(proc.stderr),
+                         ["horarun: rank 0 exited with status 5; stopping the other 2 ranks"])
+        self.assertIn("horarun: sending SIGKILL to 2 ranks still running: 1, 2", proc.stderr)
+        self.assert_nothing_left()
+
+    def test_last_rank_failing_alone(self):
+        # Ranks 0 and 1 exit 0 at once; rank 2 fails later with nobody left to stop.
+        proc, _ = run_horarun(["-np", "3", "bash", "-c", '[ "$RANK" = 2 ] && sleep 1 && exit 4; '
+                               "exit 0"])
+        self.assertEqual(proc.returncode, 4, proc.stderr)
+        self.assertEqual(self.failure_lines(proc.stderr), ["horarun: rank 2 exited with status 4"])
+
+    def test_program_not_found(self):
+        proc, _ = run_horarun(["-np", "2", self.path("no-such-program")])
+        self.assertEqual(proc.returncode, 127)
+        self.assertRegex(proc.stderr, re.escape("horarun: cannot start %s: " %
+                                                self.path("no-such-program")))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
