@@ -70,10 +70,15 @@ void stopAtExit() {
     std::lock_guard<std::mutex> lock(gEngineMutex);
     engine = gEngine;
   }
-  if (engine && engine->running()) {
-    HORA_LOG(kWarning) << "the process is exiting without hora_shutdown; shutting hora down";
+  if (engine) {
+    // Even a world that a peer stopped may still have set engines finishing their last cycle.
+    if (engine->running()) {
+      HORA_LOG(kWarning) << "the process is exiting without hora_shutdown; shutting hora down";
+    }
     stopped = engine->shutdownWithin(std::chrono::seconds(10));
-    if (!stopped) HORA_LOG(kWarning) << "hora did not stop within 10 s; MPI is left unfinalized";
+    if (!stopped) {
+      HORA_LOG(kWarning) << "hora did not stop within 10 s; MPI is left unfinalized";
+    }
   }
   if (stopped) finalizeAtExit();
 }
