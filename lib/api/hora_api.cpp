@@ -32,7 +32,28 @@ std::mutex gEngineMutex;
 std::shared_ptr<Engine> gEngine;
 // Auto-names: per (process set, op) call counters, reset with each runtime.
 std::mutex gNamesMutex;
+// A completed join starts a new naming epoch in its set: ranks make different numbers of unnamed
+// calls before joining (that is what join is for), so the counters restart together after it.
 std::map<std::pair<int32_t, int>, uint64_t> gAutoNames;
+std::map<int32_t, uint64_t> gNamingEpochs;
+
+// The next auto-name of `op` in `processSet`, taken only when a request is about to be enqueued,
+// so that a call refused on one rank does not shift that rank's names.
+std::string nextAutoName(int32_t processSet, OpType op) {
+  std::lock_guard<std::mutex> lock(gNamesMutex);
+  const uint64_t n = gAutoNames[{processSet, static_cast<int>(op)}]++;
+  const uint64_t epoch = gNamingEpochs[processSet];
+  if (epoch == 0) return detail::concat(opTypeName(op), ".noname.", n);
+  return detail::concat(opTypeName(op), ".noname.", epoch, ".", n);
+}
+
+void newNamingEpoch(int32_t processSet) {
+  std::lock_guard<std::mutex> lock(gNamesMutex);
+  for (auto it = gAutoNames.begin(); it != gAutoNames.end();) {
+    it = it->first.first == processSet ? gAutoNames.erase(it) : std::next(it);
+  }
+  ++gNamingEpochs[processSet];
+}
 
 std::shared_ptr<Engine> currentEngine() {
   std::lock_guard<std::mutex> lock(gEngineMutex);
@@ -49,10 +70,15 @@ void stopAtExit() {
     std::lock_guard<std::mutex> lock(gEngineMutex);
     engine = gEngine;
   }
-  if (engine && engine->running()) {
-    HORA_LOG(kWarning) << "the process is exiting without hora_shutdown; shutting hora down";
+  if (engine) {
+    // Even a world that a peer stopped may still have set engines finishing their last cycle.
+    if (engine->running()) {
+      HORA_LOG(kWarning) << "the process is exiting without hora_shutdown; shutting hora down";
+    }
     stopped = engine->shutdownWithin(std::chrono::seconds(10));
-    if (!stopped) HORA_LOG(kWarning) << "hora did not stop within 10 s; MPI is left unfinalized";
+    if (!stopped) {
+      HORA_LOG(kWarning) << "hora did not stop within 10 s; MPI is left unfinalized";
+    }
   }
   if (stopped) finalizeAtExit();
 }
@@ -112,7 +138,11 @@ struct Call {
   OpType op;
   std::string name;
   int32_t processSet;
-  std::string where() const { return detail::concat(opTypeName(op), " '", name, "'"); }
+  bool autoNamed = false;  // NULL name: named at enqueue time
+  std::string where() const {
+    return autoNamed ? detail::concat(opTypeName(op), " (unnamed)")
+                     : detail::concat(opTypeName(op), " '", name, "'");
+  }
 };
 
 struct Parsed {
@@ -200,7 +230,8 @@ void checkOp(const Call &call, hora_reduce_op_t op, DType dtype, double prescale
 }
 
 Call makeCall(const Engine &engine, OpType op, const char *name, int32_t processSet) {
-  Call call{op, name ? std::string() : std::string(), processSet};
+  Call call{op, std::string(), processSet};
+  call.autoNamed = name == nullptr;
   if (name != nullptr) {
     const size_t len = strnlen(name, kMaxNameBytes + 1);
     if (len > kMaxNameBytes) {
@@ -214,17 +245,11 @@ Call makeCall(const Engine &engine, OpType op, const char *name, int32_t process
     call.name.assign(name, len);
   }
   if (engine.processSetSize(processSet) < 0) {
-    HORA_THROW(HORA_ERR_INVALID_ARGUMENT, opTypeName(op), " '", name ? call.name : "(unnamed)",
-               "': unknown process set ", processSet);
+    HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call.where(), ": unknown process set ", processSet);
   }
   if (engine.processSetRank(processSet) < 0) {
-    HORA_THROW(HORA_ERR_INVALID_ARGUMENT, opTypeName(op), " '", name ? call.name : "(unnamed)",
-               "': rank ", engine.topology().rank, " is not a member of process set ", processSet);
-  }
-  if (name == nullptr) {
-    std::lock_guard<std::mutex> lock(gNamesMutex);
-    const uint64_t n = gAutoNames[{processSet, static_cast<int>(op)}]++;
-    call.name = detail::concat(opTypeName(op), ".noname.", n);
+    HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call.where(), ": rank ", engine.topology().rank,
+               " is not a member of process set ", processSet);
   }
   return call;
 }
@@ -237,7 +262,7 @@ void checkRequestPtr(const Call &call, hora_request_t *request_p) {
 
 void submit(Engine &engine, const Call &call, RequestMsg msg, std::vector<TensorArg> tensors,
             hora_request_t *request_p) {
-  msg.name = call.name;
+  msg.name = call.autoNamed ? nextAutoName(call.processSet, call.op) : call.name;
   msg.op = call.op;
   auto request = std::make_shared<Request>(std::move(msg), call.processSet, std::move(tensors));
   auto *handle = new hora_request{request};
@@ -322,6 +347,7 @@ hora_status_t hora_init(void) {
     {
       std::lock_guard<std::mutex> lock(gNamesMutex);
       gAutoNames.clear();
+      gNamingEpochs.clear();
     }
     std::lock_guard<std::mutex> lock(gEngineMutex);
     gEngine = std::move(engine);
@@ -480,9 +506,9 @@ hora_status_t hora_reducescatter_async(const char *name, const DLTensor *input,
 
 // Submits an op without tensors to `processSet` and waits for it; returns the request.
 RequestPtr runBlocking(Engine &engine, OpType op, int32_t processSet, std::vector<int64_t> args) {
-  Call call = makeCall(engine, op, nullptr, processSet);
+  makeCall(engine, op, nullptr, processSet);
   RequestMsg msg;
-  msg.name = call.name;
+  msg.name = nextAutoName(processSet, op);
   msg.op = op;
   msg.splits = std::move(args);
   auto request = std::make_shared<Request>(std::move(msg), processSet, std::vector<TensorArg>{});
@@ -504,6 +530,7 @@ hora_status_t hora_join(int32_t process_set, int *last_joined_rank_p) {
   return guarded([&] {
     auto engine = requireEngine("join");
     RequestPtr r = runBlocking(*engine, OpType::kJoin, process_set, {});
+    newNamingEpoch(process_set);
     if (last_joined_rank_p != nullptr) *last_joined_rank_p = static_cast<int>(r->result);
   });
 }

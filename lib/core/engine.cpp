@@ -133,6 +133,15 @@ int Engine::processSetRank(int32_t id) const {
   return it == sets_.end() ? -1 : it->second.rank;
 }
 
+void Engine::worldStopped() {
+  // Ask only: each set's stop is collective among its members, whose world engines stopped in
+  // the same cycle and ask theirs too. hora_shutdown (or the destructor) joins the threads.
+  std::lock_guard<std::mutex> lock(setsMutex_);
+  for (auto &kv : sets_) {
+    if (kv.first != 0 && kv.second.engine) kv.second.engine->requestShutdown();
+  }
+}
+
 void Engine::runSetOp(Request *request, const Response &response) {
   const std::vector<int64_t> &args = response.agreed.splits;
   if (response.agreed.op == OpType::kProcessSetCreate) {

@@ -46,6 +46,7 @@ class Engine final : private SetOpHandler {
  private:
   explicit Engine(const Knobs &knobs);
   void runSetOp(Request *request, const Response &response) override;
+  void worldStopped() override;
   std::shared_ptr<SetEngine> world() const;
   // Asks every set to stop (sets, then the world) and waits for each, bounded by `limit` if set.
   bool stopAll(const std::chrono::milliseconds *limit);

@@ -179,6 +179,7 @@ void SetEngine::finish(const std::string &name, const Status &status) {
 
 void SetEngine::stop(const Status &why) {
   running_ = false;
+  if (id_ == 0 && handler_ != nullptr) handler_->worldStopped();
   std::vector<RequestPtr> all = queue_.close(why);
   for (auto &kv : pending_) all.push_back(std::move(kv.second));
   pending_.clear();

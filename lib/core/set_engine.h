@@ -24,6 +24,9 @@ class SetOpHandler {
   virtual ~SetOpHandler() = default;
   // `request` is null on a rank that has joined.
   virtual void runSetOp(Request *request, const Response &response) = 0;
+  // The world set's engine stopped (shutdown, a peer's shutdown, or a fatal error): nothing may
+  // outlive it. Called on the world engine's thread; must not block.
+  virtual void worldStopped() = 0;
 };
 
 // Each set has its own thread, so sets negotiate independently: a set waiting for a slow rank

@@ -220,8 +220,12 @@ TEST(Controller, JoinedRanksTakePartUntilEveryRankHasJoined) {
       for (const Response &r : out.responses) {
         seen[static_cast<size_t>(rank)].push_back(r.agreed.name);
         if (r.agreed.op == OpType::kJoin) lastJoined[static_cast<size_t>(rank)] = r.firstDims.at(0);
-        if (r.agreed.name == "warm") EXPECT_EQ(r.joined, (std::vector<int32_t>{2}));
-        if (r.agreed.name == "x1") EXPECT_EQ(r.joined, (std::vector<int32_t>{1, 2}));
+        if (r.agreed.name == "warm") {
+          EXPECT_EQ(r.joined, (std::vector<int32_t>{2}));
+        }
+        if (r.agreed.name == "x1") {
+          EXPECT_EQ(r.joined, (std::vector<int32_t>{1, 2}));
+        }
       }
     }
     EXPECT_TRUE(pending.empty()) << "rank " << rank;
