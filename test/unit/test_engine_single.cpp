@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 
 #include "core/engine.h"
 
@@ -40,14 +41,19 @@ TEST(EngineSingle, StartsAsAWorldOfOne) {
 }
 
 TEST(EngineSingle, InitFailureReturnsTheThreadsRealStatus) {
+  // env:// asked for, but none of its variables set: init fails on the engine thread, and
+  // start() must return that thread's status, not hang or report success.
+  for (const char *v : {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "SLURM_PROCID"}) {
+    ASSERT_EQ(std::getenv(v), nullptr) << v << " is set in this test's environment";
+  }
   Knobs k;
-  k.bootstrap = "env";  // not available in this version: must fail cleanly, not hang
+  k.bootstrap = "env";
   try {
     Engine::start(k);
     FAIL() << "started";
   } catch (const Error &e) {
-    EXPECT_EQ(e.status(), HORA_ERR_UNSUPPORTED);
-    EXPECT_NE(e.message().find("HORA_BOOTSTRAP=env"), std::string::npos) << e.message();
+    EXPECT_EQ(e.status(), HORA_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(e.message().find("MASTER_ADDR is not set"), std::string::npos) << e.message();
   }
 }
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <mutex>
 #include <sstream>
 
 #include "base/error.h"
@@ -404,7 +405,7 @@ std::string localHostName() {
 // Rank 0 serves one store per port for the life of the process. A runtime started after
 // hora_shutdown reuses it under a new key prefix: a peer that re-initialises faster than rank 0
 // then never connects to a server that is about to close.
-std::shared_ptr<TcpStoreServer> storeServerFor(int port) {
+static std::shared_ptr<TcpStoreServer> storeServerFor(int port) {
   static std::mutex mutex;
   static std::map<int, std::shared_ptr<TcpStoreServer>> servers;
   std::lock_guard<std::mutex> lock(mutex);
@@ -471,8 +472,9 @@ Rendezvous rendezvous(const LaunchConfig &config, double timeoutS, uint64_t epoc
 
   if (verdict.status != HORA_SUCCESS) {
     if (config.rank == 0) {
-      // The store dies with this rank's exception: first let every claimant read the verdict,
-      // briefly, so that they fail with the reason rather than a lost connection.
+      // Let every claimant read the verdict before this rank fails, briefly: whoever owns the
+      // server next may close it, and the others should fail with the reason, not a lost
+      // connection.
       std::vector<std::string> acks;
       const long long total = store.add(p + "claims", 0);
       for (long long k = 1; k <= total; ++k) acks.push_back(p + "ack/" + std::to_string(k));
