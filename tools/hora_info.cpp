@@ -10,10 +10,11 @@
 
 int main() {
   std::printf("hora %s (%s build, %s)\n", HORA_VERSION, HORA_BUILDTYPE, HORA_COMPILER);
-  std::printf("  bootstraps:   mpi %s, single yes, env:// no (issue 4), slurm no (issue 4)\n",
-              HORA_HAVE_MPI ? "yes" : "no (built without MPI)");
-  std::printf("  cpu backends: mpi %s, gloo no (issue 4), self (world of one) yes\n",
-              HORA_HAVE_MPI ? "yes" : "no");
+  std::printf("  bootstraps:   mpi %s, env:// and slurm %s, single yes\n",
+              HORA_HAVE_MPI ? "yes" : "no (built without MPI)",
+              HORA_HAVE_GLOO ? "yes" : "no (built without Gloo)");
+  std::printf("  cpu backends: mpi %s, gloo %s, self (world of one) yes\n",
+              HORA_HAVE_MPI ? "yes" : "no", HORA_HAVE_GLOO ? "yes" : "no");
   std::printf("  gpu backends: nccl no (issue 6)\n\n");
 
   hora::Knobs current;

@@ -75,7 +75,7 @@ const std::vector<KnobSpec> kTable = {
        return true;
      },
      [](const Knobs &k) { return std::to_string(k.cacheCapacity); }},
-    {"HORA_CPU_BACKEND", "auto", "CPU data plane: mpi under MPI, gloo otherwise (gloo: issue 4)",
+    {"HORA_CPU_BACKEND", "auto", "CPU data plane: mpi under MPI, gloo otherwise",
      [](const std::string &t, Knobs &k, std::string *why) {
        return parseChoice(t, {"auto", "mpi", "gloo"}, &k.cpuBackend, why);
      },
@@ -110,7 +110,7 @@ const std::vector<KnobSpec> kTable = {
        return false;
      },
      [](const Knobs &k) { return std::string(logLevelName(k.logLevel)); }},
-    {"HORA_BOOTSTRAP", "auto", "how the world forms: auto, mpi, env (issue 4), single",
+    {"HORA_BOOTSTRAP", "auto", "how the world forms: auto, mpi, env, single",
      [](const std::string &t, Knobs &k, std::string *why) {
        return parseChoice(t, {"auto", "mpi", "env", "single"}, &k.bootstrap, why);
      },

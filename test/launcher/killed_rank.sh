@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# A real hora job under horarun whose rank 1 is SIGKILLed mid-run: horarun must exit non-zero
+# within 10 s with one line naming the rank, and leave no rank behind.
+# Usage: killed_rank.sh HORARUN VICTIM_PROGRAM
+set -u
+horarun=$1 prog=$2
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+start=$(date +%s)
+VICTIM=1 timeout 60 python3 "$horarun" -np 3 -x HORA_TIMEOUT_S=30 "$prog" > /dev/null 2> "$log"
+status=$?
+elapsed=$(( $(date +%s) - start ))
+fail() { echo "FAIL: $*"; echo "--- horarun stderr:"; cat "$log"; exit 1; }
+[ "$status" -ne 0 ] || fail "horarun exited 0"
+[ "$status" -ne 124 ] || fail "horarun did not stop within 60 s"
+grep -q "horarun: rank 1 was killed by signal 9 (SIGKILL)" "$log" || fail "no line naming rank 1 and SIGKILL"
+# Started from the moment of death (step 20, well under a second in), 10 s is the budget.
+[ "$elapsed" -le 12 ] || fail "took ${elapsed} s"
+sleep 0.5
+left=$(pgrep -x "$(basename "$prog" | cut -c1-15)" | wc -l)
+[ "$left" -eq 0 ] || fail "$left processes of $prog are still running"
+echo "1 passed, 0 failed"
