@@ -18,8 +18,13 @@ fi
 ninja -C "$builddir" -j "${HORA_BUILD_JOBS:-2}"
 
 echo
-echo "== hora-example: 4 ranks"
+echo "== hora-example: 4 ranks under mpirun (MPI bootstrap, MPI data plane)"
 mpirun "${HORA_MPIRUN_ARGS[@]}" -np 4 "$builddir/bindings/c/examples/hora-example"
+if grep -q "HORA_HAVE_GLOO 1" "$builddir/hora_config.h" 2>/dev/null; then
+  echo
+  echo "== hora-example: 4 ranks under horarun (env:// bootstrap, Gloo data plane, no MPI)"
+  tools/horarun -np 4 --no-prefix "$builddir/bindings/c/examples/hora-example"
+fi
 
 if [ -x "$builddir/bench/hora-bench" ]; then
   echo
