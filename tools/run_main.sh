@@ -30,7 +30,7 @@ if [ -x "$builddir/bench/hora-bench" ]; then
   echo
   echo "== hora-bench: allreduce float32 sum, 2 ranks"
   mpirun "${HORA_MPIRUN_ARGS[@]}" -np 2 "$builddir/bench/hora-bench" \
-    -b 4 -e 64M -f 4 -w 2 -n 10 -d float -o sum
+    -b 4 -e 64M -f 4 -w 5 -n 20 -d float -o sum
 else
   echo "hora-bench was not built (needs MPI and -Dbench enabled)" >&2
 fi
