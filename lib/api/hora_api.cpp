@@ -207,6 +207,16 @@ Parsed parseTensor(const Call &call, const char *role, const DLTensor *t) {
   return p;
 }
 
+// An input whose first dimension the op splits or concatenates: it cannot be a scalar.
+Parsed parseRowsTensor(const Call &call, const DLTensor *input) {
+  Parsed t = parseTensor(call, "input", input);
+  if (t.shape.empty()) {
+    HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call.where(), ": input is a scalar (ndim 0); ",
+               opTypeName(call.op), " works along the first dimension");
+  }
+  return t;
+}
+
 void checkOp(const Call &call, hora_reduce_op_t op, DType dtype, double prescale, double postscale) {
   if (static_cast<int>(op) < HORA_OP_SUM || static_cast<int>(op) > HORA_OP_PRODUCT) {
     HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call.where(), ": reduce op ", static_cast<int>(op),
@@ -427,11 +437,7 @@ hora_status_t hora_allgather_async(const char *name, const DLTensor *input, int3
     auto engine = requireEngine("allgather");
     Call call = makeCall(*engine, OpType::kAllgather, name, process_set);
     checkRequestPtr(call, request_p);
-    Parsed t = parseTensor(call, "input", input);
-    if (t.shape.empty()) {
-      HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call.where(),
-                 ": input is a scalar (ndim 0); allgather concatenates along the first dimension");
-    }
+    Parsed t = parseRowsTensor(call, input);
     RequestMsg msg;
     msg.dtype = t.dtype;
     msg.device = t.device;
@@ -446,11 +452,7 @@ hora_status_t hora_alltoall_async(const char *name, const DLTensor *input, const
     auto engine = requireEngine("alltoall");
     Call call = makeCall(*engine, OpType::kAlltoall, name, process_set);
     checkRequestPtr(call, request_p);
-    Parsed t = parseTensor(call, "input", input);
-    if (t.shape.empty()) {
-      HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call.where(),
-                 ": input is a scalar (ndim 0); alltoall splits the first dimension");
-    }
+    Parsed t = parseRowsTensor(call, input);
     const int size = engine->processSetSize(process_set);
     const int64_t rows = t.shape[0];
     RequestMsg msg;
@@ -489,11 +491,7 @@ hora_status_t hora_reducescatter_async(const char *name, const DLTensor *input,
     auto engine = requireEngine("reducescatter");
     Call call = makeCall(*engine, OpType::kReducescatter, name, process_set);
     checkRequestPtr(call, request_p);
-    Parsed t = parseTensor(call, "input", input);
-    if (t.shape.empty()) {
-      HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call.where(),
-                 ": input is a scalar (ndim 0); reducescatter splits the first dimension");
-    }
+    Parsed t = parseRowsTensor(call, input);
     checkOp(call, op, t.dtype, 1.0, 1.0);
     RequestMsg msg;
     msg.dtype = t.dtype;

@@ -70,14 +70,7 @@ class MpiBackend final : public Backend {
 
   void allgatherv(const void *in, void *out, const std::vector<int64_t> &bytesPerRank) override {
     std::vector<int> counts, displs;
-    int64_t total = 0;
-    bool fits = true;
-    for (int64_t n : bytesPerRank) {
-      fits = fits && n <= INT_MAX && total <= INT_MAX;
-      counts.push_back(static_cast<int>(std::min<int64_t>(n, INT_MAX)));
-      displs.push_back(static_cast<int>(std::min<int64_t>(total, INT_MAX)));
-      total += n;
-    }
+    const bool fits = toIntCounts(bytesPerRank, &counts, &displs);
     char *o = static_cast<char *>(out);
     if (fits) {
       // Send from the output slot so the input may alias nothing in particular.
