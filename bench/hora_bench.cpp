@@ -1,25 +1,102 @@
 // SPDX-License-Identifier: Apache-2.0
-// hora-bench: allreduce bandwidth in the nccl-tests layout, hora against raw MPI_Allreduce.
+// hora-bench: collective bandwidth in the nccl-tests layout, hora against raw MPI, Gloo and memcpy.
+
+#include "bench_util.h"
 
 #include <hora/hora.h>
 
-#define OMPI_SKIP_MPICXX 1  // the C API only
 #include <mpi.h>
 
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <cinttypes>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
+#if HORA_BENCH_GLOO
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
+#include <gloo/broadcast.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/file_store.h>
+#include <gloo/transport/tcp/device.h>
+#endif
+
+namespace hora::bench {
 namespace {
+
+// ---- collectives -------------------------------------------------------------------------------
+
+enum class Coll { kAllreduce, kAllgather, kBroadcast, kReducescatter, kAlltoall };
+
+struct CollInfo {
+  const char *name;  // --op
+  Coll coll;
+  const char *mpiCall;
+  const char *glooCall;
+  bool reduces;         // takes -o
+  bool blocks;          // the size is n blocks of `count` elements
+  bool horaOutOfPlace;  // hora has this form (allgather, reducescatter and alltoall outputs are
+  bool horaInPlace;     // allocated by hora: out of place only; broadcast is in place only)
+};
+
+const CollInfo kColls[] = {
+    {"allreduce", Coll::kAllreduce, "MPI_Allreduce", "gloo::allreduce", true, false, true, true},
+    {"allgather", Coll::kAllgather, "MPI_Allgather", "gloo::allgather", false, true, true, false},
+    {"broadcast", Coll::kBroadcast, "MPI_Bcast", "gloo::broadcast", false, false, false, true},
+    {"reducescatter", Coll::kReducescatter, "MPI_Reduce_scatter_block",
+     "gloo::allreduce, then keep this rank's block", true, true, true, false},
+    {"alltoall", Coll::kAlltoall, "MPI_Alltoall", "gloo::alltoall", false, true, true, false},
+};
+
+const CollInfo *findColl(const std::string &name) {
+  for (const CollInfo &c : kColls)
+    if (name == c.name) return &c;
+  return nullptr;
+}
+
+// nccl-tests' bus bandwidth factors (its doc/PERFORMANCE.md): what each rank's links must carry
+// relative to the size, so that busbw compares with the hardware's peak whatever the rank count.
+double busFactor(Coll c, int n) {
+  switch (c) {
+    case Coll::kAllreduce: return 2.0 * (n - 1) / n;
+    case Coll::kBroadcast: return 1.0;
+    default: return static_cast<double>(n - 1) / n;
+  }
+}
+
+// One row's element counts. `count` is what the count column prints, as nccl-tests does: the
+// whole buffer for allreduce and broadcast; one rank's block for the others (allgather: what each
+// rank sends; reducescatter: what each rank receives; alltoall: what each rank sends each peer).
+struct Shape {
+  int64_t count = 0, sendElems = 0, recvElems = 0, bytes = 0;
+};
+
+Shape shapeFor(const CollInfo &c, int64_t requested, int esize, int n) {
+  Shape s;
+  s.count = std::max<int64_t>(1, requested / (esize * (c.blocks ? n : 1)));
+  const int64_t all = s.count * (c.blocks ? n : 1);
+  switch (c.coll) {
+    case Coll::kAllreduce: case Coll::kBroadcast: s.sendElems = s.recvElems = s.count; break;
+    case Coll::kAllgather: s.sendElems = s.count; s.recvElems = all; break;
+    case Coll::kReducescatter: s.sendElems = all; s.recvElems = s.count; break;
+    case Coll::kAlltoall: s.sendElems = s.recvElems = all; break;
+  }
+  s.bytes = all * esize;
+  return s;
+}
 
 // ---- command line ------------------------------------------------------------------------------
 
@@ -30,589 +107,953 @@ struct Options {
   int iters = 20;
   int warmup = 5;
   bool check = true;
-  std::string op = "sum";
+  bool blocking = false;
+  int root = 0;
+  std::string coll = "allreduce";
+  std::string redop = "sum";
   std::string dtype = "float";
-  std::string json;
+  bool mpi = true, gloo = true, memcpy = true;
+  std::string json, plot;
 };
 
-void usage(const char *argv0) {
-  std::fprintf(stderr,
-               "usage: %s [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1]\n"
-               "          [-o sum|avg|min|max|prod] [-d float|half|bfloat16|double|int32|int64|"
-               "int8|uint8]\n"
-               "          [--json FILE]\n"
-               "  sizes in bytes, with an optional K, M or G suffix (powers of 1024);\n"
-               "  run under mpirun: every rank runs the same command line\n",
-               argv0);
+void usage(FILE *f) {
+  std::fprintf(
+      f,
+      "usage: mpirun -np N hora-bench [--op allreduce|allgather|broadcast|reducescatter|alltoall]\n"
+      "         [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1] [-o %s]\n"
+      "         [-d %s]\n"
+      "         [-r ROOT] [--blocking 0|1] [--mpi 0|1] [--gloo 0|1] [--memcpy 0|1]\n"
+      "         [--json FILE] [--plot FILE.png]\n"
+      "\n"
+      "Every rank runs the same command line. nccl-tests' options and table:\n"
+      "  -b, --minbytes   smallest size (default 32M); K, M, G suffixes are powers of 1024\n"
+      "  -e, --maxbytes   largest size (default 32M)\n"
+      "  -f, --stepfactor multiply the size by this from -b up to -e (default 2)\n"
+      "  -n, --iters      timed iterations per size (default 20)\n"
+      "  -w, --warmup_iters  untimed iterations before them, run the same way (default 5)\n"
+      "  -c, --check      verify results, counted in #wrong (default 1); never timed\n"
+      "  -o, --redop      reduction of allreduce and reducescatter (default sum)\n"
+      "  -d, --datatype   element type (default float)\n"
+      "  -r, --root       broadcast root (default 0)\n"
+      "  --op             the collective (default allreduce)\n"
+      "  --blocking 1     latency mode: wait for each hora op before submitting the next\n"
+      "  --mpi/--gloo/--memcpy 0   drop that column (all on by default; Gloo only where built)\n"
+      "  --json FILE      every row, every column, as JSON (written by rank 0)\n"
+      "  --plot FILE.png  busbw against size, drawn by gnuplot (package gnuplot-nox) on rank 0\n"
+      "\n"
+      "Sizes (nccl-tests' conventions): allreduce and broadcast: the buffer; allgather: the bytes\n"
+      "each rank receives (it sends size/N); reducescatter: the whole input (each rank receives\n"
+      "size/N); alltoall: the bytes each rank sends in all. count is the buffer's elements for\n"
+      "allreduce and broadcast, one rank's block for the others.\n"
+      "busbw = algbw x 2(N-1)/N for allreduce, (N-1)/N for allgather, reducescatter and alltoall,\n"
+      "1 for broadcast; algbw = size / time.\n"
+      "\n"
+      "Timing. hora, like nccl-tests (which launches -n collectives back to back and synchronises\n"
+      "once): -n ops submitted asynchronously, each under its own name (bench.<op>.<bytes>.<i>;\n"
+      "hora may fuse them, which is its job), then one wait for all; time = total / n. The -w\n"
+      "warm-up ops run the same way first, in batches of at most -n under the same names (hora\n"
+      "caches negotiation by name: -w >= -n warms every name the timed loop uses). --blocking 1\n"
+      "waits for each op before submitting the next (latency). Raw MPI, Gloo and memcpy:\n"
+      "blocking calls in a loop (what a user of MPI or Gloo writes), the same buffers.\n"
+      "Every time is the slowest rank's: an MPI_Barrier, the loop, then the MAX over ranks.\n"
+      "memcpy: every rank copies size bytes at the same time; its GB/s is the copy bound.\n"
+      "The ratio columns compare algbw: hora (out of place; broadcast: in place) over the others.\n"
+      "\n"
+      "Forms: hora's allgather, reducescatter and alltoall return outputs that hora allocates, so\n"
+      "they have no in-place form (n/a); hora's broadcast is in place only, so it has no\n"
+      "out-of-place one. avg runs as a sum through MPI and Gloo (a raw user scales afterwards);\n"
+      "half and bfloat16 go through MPI as a user op on 16-bit words. Gloo's reducescatter column\n"
+      "is an allreduce that keeps this rank's block (this Gloo has no general reduce-scatter).\n"
+      "In non-blocking mode the -n outputs that hora allocates are alive together.\n",
+      reduceOpNames().c_str(), dtypeNames().c_str());
 }
 
-bool parseBytes(const char *s, int64_t *out) {
-  char *end = nullptr;
-  errno = 0;
-  double v = std::strtod(s, &end);
-  if (errno || end == s || v < 0) return false;
-  double mult = 1;
-  switch (*end) {
-    case '\0': break;
-    case 'k': case 'K': mult = 1024.0; ++end; break;
-    case 'm': case 'M': mult = 1024.0 * 1024; ++end; break;
-    case 'g': case 'G': mult = 1024.0 * 1024 * 1024; ++end; break;
-    default: return false;
+std::vector<OptionSpec> optionSpecs(Options *o) {
+  auto bytes = [](int64_t *dst) {
+    return [dst](const char *v) { return parseBytes(v, dst) ? "" : "expected bytes, e.g. 64K"; };
+  };
+  auto integer = [](int *dst, int64_t lo) {
+    return [dst, lo](const char *v) -> std::string {
+      int64_t n = 0;
+      if (!parseInt(v, lo, INT_MAX, &n)) return "expected an integer >= " + std::to_string(lo);
+      *dst = static_cast<int>(n);
+      return "";
+    };
+  };
+  auto flag = [](bool *dst) {
+    return [dst](const char *v) -> std::string {
+      int64_t n = 0;
+      if (!parseInt(v, 0, 1, &n)) return "expected 0 or 1";
+      *dst = n != 0;
+      return "";
+    };
+  };
+  auto text = [](std::string *dst) {
+    return [dst](const char *v) -> std::string {
+      if (!*v) return "empty";
+      *dst = v;
+      return "";
+    };
+  };
+  return {
+      {{"-b", "--minbytes"}, bytes(&o->minBytes)},
+      {{"-e", "--maxbytes"}, bytes(&o->maxBytes)},
+      {{"-f", "--stepfactor"},
+       [o](const char *v) -> std::string {
+         return parseDouble(v, 1.0 + 1e-9, 1e9, &o->factor) ? "" : "expected a number > 1";
+       }},
+      {{"-n", "--iters"}, integer(&o->iters, 1)},
+      {{"-w", "--warmup_iters"}, integer(&o->warmup, 0)},
+      {{"-c", "--check"}, flag(&o->check)},
+      {{"-o", "--redop"}, text(&o->redop)},
+      {{"-d", "--datatype"}, text(&o->dtype)},
+      {{"-r", "--root"}, integer(&o->root, 0)},
+      {{"--op"}, text(&o->coll)},
+      {{"--blocking"}, flag(&o->blocking)},
+      {{"--mpi"}, flag(&o->mpi)},
+      {{"--gloo"}, flag(&o->gloo)},
+      {{"--memcpy"}, flag(&o->memcpy)},
+      {{"--json"}, text(&o->json)},
+      {{"--plot"}, text(&o->plot)},
+  };
+}
+
+bool inPath(const char *program) {
+  const char *path = std::getenv("PATH");
+  std::string p = path ? path : "/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= p.size()) {
+    size_t end = p.find(':', start);
+    if (end == std::string::npos) end = p.size();
+    std::string dir = p.substr(start, end - start);
+    if (dir.empty()) dir = ".";
+    if (access((dir + "/" + program).c_str(), X_OK) == 0) return true;
+    start = end + 1;
   }
-  if (*end == 'B' || *end == 'b') ++end;
-  if (*end != '\0') return false;
-  *out = static_cast<int64_t>(v * mult);
-  return true;
+  return false;
 }
 
-bool parseInt(const char *s, int lo, int *out) {
-  char *end = nullptr;
-  errno = 0;
-  long v = std::strtol(s, &end, 10);
-  if (errno || end == s || *end != '\0' || v < lo || v > (1L << 30)) return false;
-  *out = static_cast<int>(v);
-  return true;
-}
+// ---- Gloo --------------------------------------------------------------------------------------
 
-// Returns 0 to run, 1 after a usage error, 2 after -h.
-int parseOptions(int argc, char **argv, Options *o) {
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "-h" || a == "--help") return 2;
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "hora-bench: %s needs a value\n", a.c_str());
-      return 1;
+#if HORA_BENCH_GLOO
+// Gloo's own collectives over its own TCP mesh, as a Gloo user would call them: a baseline for
+// what another CPU library does on this machine. Its context rendezvouses through a FileStore in
+// a directory of one host's /tmp, so it only runs when every rank shares that host.
+class Gloo {
+ public:
+  static std::unique_ptr<Gloo> connect(int rank, const std::vector<RankInfo> &ranks,
+                                       std::string *whyNot) {
+    for (const RankInfo &r : ranks) {
+      if (r.host != ranks[0].host) {
+        *whyNot = "the ranks run on more than one host (" + ranks[0].host + ", " + r.host +
+                  "), and its FileStore rendezvous needs one shared directory";
+        return nullptr;
+      }
     }
-    const char *v = argv[++i];
-    int n = 0;
-    bool ok = true;
-    if (a == "-b") ok = parseBytes(v, &o->minBytes);
-    else if (a == "-e") ok = parseBytes(v, &o->maxBytes);
-    else if (a == "-f") ok = (o->factor = std::strtod(v, nullptr)) > 1.0;
-    else if (a == "-n") ok = parseInt(v, 1, &o->iters);
-    else if (a == "-w") ok = parseInt(v, 0, &o->warmup);
-    else if (a == "-c") { ok = parseInt(v, 0, &n) && n <= 1; o->check = n != 0; }
-    else if (a == "-o") o->op = v;
-    else if (a == "-d") o->dtype = v;
-    else if (a == "--json") o->json = v;
-    else {
-      std::fprintf(stderr, "hora-bench: unknown option %s\n", a.c_str());
-      return 1;
+    char dir[512] = {0};
+    int ok = 1;
+    if (rank == 0) {
+      const char *tmp = std::getenv("TMPDIR");
+      std::snprintf(dir, sizeof dir, "%s/hora-bench-gloo-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+      if (!mkdtemp(dir)) {
+        ok = 0;
+        const std::string why = std::string("mkdtemp(") + dir + "): " + std::strerror(errno);
+        std::snprintf(dir, sizeof dir, "%s", why.c_str());
+      }
     }
+    MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
     if (!ok) {
-      std::fprintf(stderr, "hora-bench: bad value for %s: %s\n", a.c_str(), v);
-      return 1;
+      *whyNot = dir;
+      return nullptr;
+    }
+    auto gloo = std::unique_ptr<Gloo>(new Gloo);
+    std::string error;
+    try {
+      gloo::transport::tcp::attr attr;
+      attr.hostname = "127.0.0.1";  // one host: loopback
+      auto device = gloo::transport::tcp::CreateDevice(attr);
+      auto context = std::make_shared<gloo::rendezvous::Context>(rank, static_cast<int>(ranks.size()));
+      context->setTimeout(kTimeout);
+      gloo::rendezvous::FileStore store(dir);
+      context->connectFullMesh(store, device);
+      gloo->context_ = context;
+    } catch (const std::exception &e) {
+      error = e.what();
+    }
+    int connected = error.empty();
+    MPI_Allreduce(MPI_IN_PLACE, &connected, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    // Every rank is past the rendezvous: the store's files have done their work.
+    if (rank == 0) {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+    if (!connected) {
+      *whyNot = error.empty() ? "connecting its mesh failed on another rank"
+                              : "connecting its mesh failed: " + error;
+      return nullptr;
+    }
+    return gloo;
+  }
+
+  void allreduce(const void *in, void *out, int64_t count, int esize, ReduceFn fn) {
+    switch (esize) {
+      case 1: allreduceAs<uint8_t>(in, out, count, fn); break;
+      case 2: allreduceAs<uint16_t>(in, out, count, fn); break;
+      case 4: allreduceAs<uint32_t>(in, out, count, fn); break;
+      default: allreduceAs<uint64_t>(in, out, count, fn); break;
     }
   }
-  if (o->minBytes < 1 || o->maxBytes < o->minBytes) {
-    std::fprintf(stderr, "hora-bench: need 1 <= -b <= -e\n");
-    return 1;
+
+  void allgather(const void *in, void *out, int64_t bytesPerRank) {
+    call("gloo::allgather", [&] {
+      gloo::AllgatherOptions o(context_);
+      o.setInput(bytePtr(in), static_cast<size_t>(bytesPerRank));
+      o.setOutput(static_cast<uint8_t *>(out), static_cast<size_t>(bytesPerRank) * context_->size);
+      o.setTag(nextTag());
+      o.setTimeout(kTimeout);
+      gloo::allgather(o);
+    });
   }
-  return 0;
-}
 
-// ---- data types --------------------------------------------------------------------------------
+  void broadcast(void *buf, int64_t bytes, int root) {
+    call("gloo::broadcast", [&] {
+      gloo::BroadcastOptions o(context_);
+      o.setOutput(static_cast<uint8_t *>(buf), static_cast<size_t>(bytes));
+      o.setRoot(root);
+      o.setTag(nextTag());
+      o.setTimeout(kTimeout);
+      gloo::broadcast(o);
+    });
+  }
 
-enum class Kind { F32, F16, BF16, F64, I32, I64, I8, U8 };
+  void alltoall(const void *in, void *out, int64_t bytes) {
+    call("gloo::alltoall", [&] {
+      gloo::AlltoallOptions o(context_);
+      o.setInput(bytePtr(in), static_cast<size_t>(bytes));
+      o.setOutput(static_cast<uint8_t *>(out), static_cast<size_t>(bytes));
+      o.setTag(nextTag());
+      o.setTimeout(kTimeout);
+      gloo::alltoall(o);
+    });
+  }
 
-struct DType {
-  const char *name;
-  Kind kind;
-  DLDataType dl;
-  int bytes;
-  MPI_Datatype mpi;  // MPI_DATATYPE_NULL for half and bfloat16: set up at run time
-  bool isFloat;
+ private:
+  static constexpr std::chrono::milliseconds kTimeout{600 * 1000};
+
+  Gloo() = default;
+
+  static uint8_t *bytePtr(const void *p) { return static_cast<uint8_t *>(const_cast<void *>(p)); }
+
+  uint32_t nextTag() { return tag_++ & 0xffffffu; }
+
+  template <typename F>
+  void call(const char *what, F &&f) {
+    try {
+      f();
+    } catch (const std::exception &e) {
+      failHere(std::string(what) + " failed: " + e.what());
+    }
+  }
+
+  template <typename T>
+  void allreduceAs(const void *in, void *out, int64_t count, ReduceFn fn) {
+    call("gloo::allreduce", [&] {
+      gloo::AllreduceOptions o(context_);
+      o.setInput(static_cast<T *>(const_cast<void *>(in)), static_cast<size_t>(count));
+      o.setOutput(static_cast<T *>(out), static_cast<size_t>(count));
+      o.setReduceFunction(fn);
+      o.setTag(nextTag());
+      o.setTimeout(kTimeout);
+      gloo::allreduce(o);
+    });
+  }
+
+  std::shared_ptr<gloo::Context> context_;
+  uint32_t tag_ = 0;
 };
-
-const DType *findDType(const std::string &name) {
-  static const DType kTypes[] = {
-      {"float", Kind::F32, {kDLFloat, 32, 1}, 4, MPI_FLOAT, true},
-      {"half", Kind::F16, {kDLFloat, 16, 1}, 2, MPI_DATATYPE_NULL, true},
-      {"bfloat16", Kind::BF16, {kDLBfloat, 16, 1}, 2, MPI_DATATYPE_NULL, true},
-      {"double", Kind::F64, {kDLFloat, 64, 1}, 8, MPI_DOUBLE, true},
-      {"int32", Kind::I32, {kDLInt, 32, 1}, 4, MPI_INT32_T, false},
-      {"int64", Kind::I64, {kDLInt, 64, 1}, 8, MPI_INT64_T, false},
-      {"int8", Kind::I8, {kDLInt, 8, 1}, 1, MPI_INT8_T, false},
-      {"uint8", Kind::U8, {kDLUInt, 8, 1}, 1, MPI_UINT8_T, false},
-  };
-  for (const DType &t : kTypes)
-    if (name == t.name) return &t;
-  return nullptr;
-}
-
-float halfToFloat(uint16_t h) {
-  uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu, bits;
-  if (exp == 0x1f) {
-    bits = sign | 0x7f800000u | (mant << 13);
-  } else if (exp != 0) {
-    bits = sign | ((exp + 112) << 23) | (mant << 13);
-  } else if (mant == 0) {
-    bits = sign;
-  } else {  // subnormal: renormalise
-    int e = -1;
-    do { mant <<= 1; ++e; } while (!(mant & 0x400u));
-    bits = sign | static_cast<uint32_t>(112 - e) << 23 | ((mant & 0x3ffu) << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-uint16_t floatToHalf(float f) {  // round to nearest even
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  uint32_t sign = (x >> 16) & 0x8000u;
-  uint32_t absx = x & 0x7fffffffu;
-  if (absx > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
-  if (absx == 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u);
-  if (absx >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflows to inf
-  if (absx < 0x38800000u) {  // subnormal or zero in half
-    if (absx < 0x33000000u) return static_cast<uint16_t>(sign);
-    uint32_t e = absx >> 23, mant = (absx & 0x7fffffu) | 0x800000u;
-    uint32_t shift = 126 - e;  // value / 2^-24, the half subnormal unit
-    uint32_t half = mant >> shift, rem = mant & ((1u << shift) - 1), mid = 1u << (shift - 1);
-    if (rem > mid || (rem == mid && (half & 1u))) ++half;
-    return static_cast<uint16_t>(sign | half);
-  }
-  uint32_t bits = ((absx >> 23) - 112) << 10 | ((absx >> 13) & 0x3ffu);
-  uint32_t rem = absx & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (bits & 1u))) ++bits;
-  return static_cast<uint16_t>(sign | bits);
-}
-
-float bf16ToFloat(uint16_t b) {
-  uint32_t bits = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-uint16_t floatToBf16(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // NaN
-  x += 0x7fffu + ((x >> 16) & 1u);
-  return static_cast<uint16_t>(x >> 16);
-}
-
-void store(const DType &t, void *buf, int64_t i, double v) {
-  switch (t.kind) {
-    case Kind::F32: static_cast<float *>(buf)[i] = static_cast<float>(v); break;
-    case Kind::F16: static_cast<uint16_t *>(buf)[i] = floatToHalf(static_cast<float>(v)); break;
-    case Kind::BF16: static_cast<uint16_t *>(buf)[i] = floatToBf16(static_cast<float>(v)); break;
-    case Kind::F64: static_cast<double *>(buf)[i] = v; break;
-    case Kind::I32: static_cast<int32_t *>(buf)[i] = static_cast<int32_t>(v); break;
-    case Kind::I64: static_cast<int64_t *>(buf)[i] = static_cast<int64_t>(v); break;
-    case Kind::I8: static_cast<int8_t *>(buf)[i] = static_cast<int8_t>(v); break;
-    case Kind::U8: static_cast<uint8_t *>(buf)[i] = static_cast<uint8_t>(v); break;
-  }
-}
-
-double load(const DType &t, const void *buf, int64_t i) {
-  switch (t.kind) {
-    case Kind::F32: return static_cast<const float *>(buf)[i];
-    case Kind::F16: return halfToFloat(static_cast<const uint16_t *>(buf)[i]);
-    case Kind::BF16: return bf16ToFloat(static_cast<const uint16_t *>(buf)[i]);
-    case Kind::F64: return static_cast<const double *>(buf)[i];
-    case Kind::I32: return static_cast<const int32_t *>(buf)[i];
-    case Kind::I64: return static_cast<double>(static_cast<const int64_t *>(buf)[i]);
-    case Kind::I8: return static_cast<const int8_t *>(buf)[i];
-    case Kind::U8: return static_cast<const uint8_t *>(buf)[i];
-  }
-  return 0;
-}
-
-// ---- reduce ops --------------------------------------------------------------------------------
-
-struct ReduceOp {
-  const char *name;
-  hora_reduce_op_t hora;
-  MPI_Op mpi;  // avg is timed as MPI_SUM (what a caller of raw MPI would do before scaling)
+#else
+// Built without Gloo: the column is never shown.
+class Gloo {
+ public:
+  void allreduce(const void *, void *, int64_t, int, ReduceFn) {}
+  void allgather(const void *, void *, int64_t) {}
+  void broadcast(void *, int64_t, int) {}
+  void alltoall(const void *, void *, int64_t) {}
 };
-
-const ReduceOp *findOp(const std::string &name) {
-  static const ReduceOp kOps[] = {
-      {"sum", HORA_OP_SUM, MPI_SUM},   {"avg", HORA_OP_AVERAGE, MPI_SUM},
-      {"min", HORA_OP_MIN, MPI_MIN},   {"max", HORA_OP_MAX, MPI_MAX},
-      {"prod", HORA_OP_PRODUCT, MPI_PROD},
-  };
-  for (const ReduceOp &o : kOps)
-    if (name == o.name) return &o;
-  return nullptr;
-}
-
-// Raw MPI has no half or bfloat16: a user op on 16-bit words, accumulating in float.
-Kind g16Kind = Kind::F16;
-hora_reduce_op_t g16Op = HORA_OP_SUM;
-
-void reduce16(void *in, void *inout, int *len, MPI_Datatype *) {
-  const uint16_t *a = static_cast<const uint16_t *>(in);
-  uint16_t *b = static_cast<uint16_t *>(inout);
-  const bool half = g16Kind == Kind::F16;
-  for (int i = 0; i < *len; ++i) {
-    float x = half ? halfToFloat(a[i]) : bf16ToFloat(a[i]);
-    float y = half ? halfToFloat(b[i]) : bf16ToFloat(b[i]);
-    float r = 0;
-    switch (g16Op) {
-      case HORA_OP_SUM: case HORA_OP_AVERAGE: r = x + y; break;
-      case HORA_OP_MIN: r = std::min(x, y); break;
-      case HORA_OP_MAX: r = std::max(x, y); break;
-      case HORA_OP_PRODUCT: r = x * y; break;
-    }
-    b[i] = half ? floatToHalf(r) : floatToBf16(r);
-  }
-}
-
-// Every rank's input element j, and the exact result: small integers, exact in every dtype
-// (bfloat16 included) for the rank counts a 2-core machine runs. For avg the inputs spread
-// symmetrically around a base value, so the sum is exactly n times the expected result.
-double inputValue(hora_reduce_op_t op, int rank, int n, int64_t j) {
-  switch (op) {
-    case HORA_OP_AVERAGE: return static_cast<double>(j % 7 + n + 2 * rank - (n - 1));
-    case HORA_OP_PRODUCT:  // at most one factor 2 and one 3 per element, the rest 1
-      return 1.0 + ((rank + j) % n == 0) + 2.0 * (n > 1 && (rank + j) % n == 1 && j % 2);
-    default: return static_cast<double>((rank * 3 + j * 5) % 7 + 1);
-  }
-}
-
-double expectedValue(hora_reduce_op_t op, int n, int64_t j) {
-  double acc = inputValue(op, 0, n, j);
-  for (int r = 1; r < n; ++r) {
-    double v = inputValue(op, r, n, j);
-    switch (op) {
-      case HORA_OP_SUM: case HORA_OP_AVERAGE: acc += v; break;
-      case HORA_OP_MIN: acc = std::min(acc, v); break;
-      case HORA_OP_MAX: acc = std::max(acc, v); break;
-      case HORA_OP_PRODUCT: acc *= v; break;
-    }
-  }
-  return op == HORA_OP_AVERAGE ? acc / n : acc;
-}
+#endif
 
 // ---- the benchmark -----------------------------------------------------------------------------
 
-[[noreturn]] void fail(const char *what, hora_status_t st) {
-  std::fprintf(stderr, "hora-bench: %s: %s: %s\n", what, hora_status_string(st), hora_last_error());
-  MPI_Abort(MPI_COMM_WORLD, 2);
-  std::exit(2);
-}
-
-struct Group {
-  double timeUs = 0, algbw = 0, busbw = 0;
-  int64_t wrong = 0;
+struct Timing {
+  bool ran = false;
+  double timeUs = std::nan(""), algbw = std::nan(""), busbw = std::nan("");
+  int64_t wrong = 0;  // summed over ranks; only when checked
 };
 
 struct Row {
-  int64_t bytes = 0, count = 0;
-  Group outOfPlace, inPlace, mpi;
+  Shape shape;
+  Timing outOfPlace, inPlace, mpi, gloo, memcpy;  // memcpy: algbw is its GB/s
+  const Timing &hora() const { return outOfPlace.ran ? outOfPlace : inPlace; }
 };
 
+// One row: every column timed on the same two buffers, then verified.
+//
+// Timing methodology (the --help text says the same). hora is timed the way nccl-tests times
+// NCCL, which launches -n collectives back to back on a stream and synchronises once: -n async
+// ops, each under its own name (hora matches ops across ranks by name), then a wait for each;
+// whether hora fuses them is the runtime's business, and part of what is measured. --blocking 1
+// waits for each op before the next instead (latency mode). Raw MPI and Gloo are timed as their
+// users call them: blocking calls in a loop. The memcpy bound: every rank copying `size` bytes at
+// the same moment, which on one host shares the memory bus just as the collectives do. Every
+// column: -w warm-up ops first, an MPI_Barrier, the timed ops, then the slowest rank's elapsed
+// time (MPI_Allreduce MAX) divided by -n. Verification runs afterwards, never inside a timed
+// loop.
 class Bench {
  public:
-  Bench(const Options &o, const DType &t, const ReduceOp &op, int rank, int size)
-      : opt_(o), type_(t), op_(op), rank_(rank), size_(size) {
-    if (t.mpi == MPI_DATATYPE_NULL) {
-      g16Kind = t.kind;
-      g16Op = op.hora;
-      MPI_Op_create(reduce16, 1, &mpiOp_);
-      mpiType_ = MPI_UINT16_T;
-    } else {
-      mpiOp_ = op.mpi;
-      mpiType_ = t.mpi;
-    }
-    const size_t cap = static_cast<size_t>(std::max<int64_t>(o.maxBytes, t.bytes));
-    send_.assign(cap, 0);  // touched here, never inside a timed loop
-    recv_.assign(cap, 0);
+  Bench(const Options &o, const CollInfo &c, const DType &t, const ReduceOp &op, int rank, int n,
+        size_t capacity, Gloo *gloo)
+      : opt_(o), coll_(c), type_(t), op_(op), rank_(rank), n_(n), gloo_(gloo),
+        send_(capacity), recv_(capacity) {
+    if (o.mpi) mpiReduce_ = makeMpiReduce(t, op);
+    if (t.mpi == MPI_DATATYPE_NULL) mpiReduce_.type = MPI_UINT16_T;  // data movement: 16-bit words
+    glooReduce_ = reduceFunction(t.kind, op.hora);
   }
-  ~Bench() {
-    if (type_.mpi == MPI_DATATYPE_NULL) MPI_Op_free(&mpiOp_);
-  }
+  ~Bench() { freeMpiReduce(&mpiReduce_); }
 
-  Row run(int64_t bytes) {
+  Row run(const Shape &shape) {
+    shape_ = shape;
+    sendShape_ = shape.sendElems;
+    recvShape_ = shape.recvElems;
+    names_.clear();
+    namesInPlace_.clear();
+    for (int i = 0; i < opt_.iters; ++i) {  // made here, not in the timed loop
+      names_.push_back(baseName() + "." + std::to_string(i));
+      namesInPlace_.push_back(baseName() + ".inplace." + std::to_string(i));
+    }
+
     Row row;
-    row.count = std::max<int64_t>(1, bytes / type_.bytes);
-    row.bytes = row.count * type_.bytes;
-    count_ = row.count;
-    shape_ = row.count;
-    name_ = "hora-bench.allreduce." + std::to_string(row.bytes);
+    row.shape = shape;
+    if (coll_.horaOutOfPlace) row.outOfPlace = timeHora(false);
+    if (coll_.horaInPlace) row.inPlace = timeHora(true);
+    if (opt_.mpi && fitsMpi()) row.mpi = timeBaseline([this] { mpiOnce(); });
+    if (gloo_) row.gloo = timeBaseline([this] { glooOnce(); });
+    if (opt_.memcpy) row.memcpy = timeBaseline([this] {
+      std::memcpy(recv_.data(), send_.data(), static_cast<size_t>(shape_.bytes));
+    });
 
-    fill(send_.data());
-    row.outOfPlace = timeHora(send_.data(), recv_.data());
-    row.outOfPlace.wrong = opt_.check ? checkedOp(send_.data(), recv_.data(), false) : 0;
-
-    row.inPlace = timeHora(recv_.data(), recv_.data());  // values drift; checked after a refill
-    row.inPlace.wrong = opt_.check ? checkedOp(recv_.data(), recv_.data(), true) : 0;
-
-    fill(send_.data());
-    row.mpi = timeMpi();
-    for (Group *g : {&row.outOfPlace, &row.inPlace, &row.mpi}) {
-      g->algbw = static_cast<double>(row.bytes) / (g->timeUs * 1e3);  // GB/s
-      g->busbw = g->algbw * 2.0 * (size_ - 1) / size_;
+    // Verification: after every timed loop, one op per column on freshly filled inputs.
+    if (opt_.check) {
+      if (row.outOfPlace.ran) row.outOfPlace.wrong = verifyHora(false);
+      if (row.inPlace.ran) row.inPlace.wrong = verifyHora(true);
+      if (row.mpi.ran) row.mpi.wrong = verifyBaseline([this] { mpiOnce(); });
+      if (row.gloo.ran) row.gloo.wrong = verifyBaseline([this] { glooOnce(); });
+      int64_t wrong[4] = {row.outOfPlace.wrong, row.inPlace.wrong, row.mpi.wrong, row.gloo.wrong};
+      MPI_Allreduce(MPI_IN_PLACE, wrong, 4, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+      row.outOfPlace.wrong = wrong[0];
+      row.inPlace.wrong = wrong[1];
+      row.mpi.wrong = wrong[2];
+      row.gloo.wrong = wrong[3];
     }
-    int64_t wrong[2] = {row.outOfPlace.wrong, row.inPlace.wrong};
-    MPI_Allreduce(MPI_IN_PLACE, wrong, 2, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
-    row.outOfPlace.wrong = wrong[0];
-    row.inPlace.wrong = wrong[1];
+
+    const double factor = busFactor(coll_.coll, n_);
+    for (Timing *t : {&row.outOfPlace, &row.inPlace, &row.mpi, &row.gloo, &row.memcpy}) {
+      if (!t->ran) continue;
+      t->algbw = static_cast<double>(shape.bytes) / (t->timeUs * 1e3);  // GB/s
+      t->busbw = t == &row.memcpy ? t->algbw : t->algbw * factor;
+    }
     return row;
   }
 
  private:
-  void fill(uint8_t *buf) {
-    for (int64_t j = 0; j < count_; ++j)
-      store(type_, buf, j, inputValue(op_.hora, rank_, size_, j));
+  std::string baseName() const {
+    return std::string("bench.") + coll_.name + "." + std::to_string(shape_.bytes);
   }
 
-  void horaOp(uint8_t *in, uint8_t *out) {
-    DLTensor ti{}, to{};
-    ti.data = in;
-    ti.device = {kDLCPU, 0};
-    ti.ndim = 1;
-    ti.dtype = type_.dl;
-    ti.shape = &shape_;
-    to = ti;
-    to.data = out;
+  // Raw MPI counts are ints.
+  bool fitsMpi() const {
+    return std::max(shape_.sendElems, shape_.recvElems) <= INT_MAX;
+  }
+
+  // ---- hora
+
+  hora_request_t submit(bool inPlace, const char *name) {
     hora_request_t req = nullptr;
-    hora_status_t st = hora_allreduce_async(name_.c_str(), &ti, &to, op_.hora, 1.0, 1.0, 0, &req);
-    if (st != HORA_SUCCESS) fail("hora_allreduce_async", st);
-    st = hora_wait(req);
-    if (st != HORA_SUCCESS) fail("hora_wait", st);
-    hora_request_free(req);
+    hora_status_t st = HORA_SUCCESS;
+    DLTensor in = cpuTensor(send_.data(), type_.dl, &sendShape_);
+    DLTensor out = cpuTensor(recv_.data(), type_.dl, &recvShape_);
+    switch (coll_.coll) {
+      case Coll::kAllreduce:
+        st = hora_allreduce_async(name, inPlace ? &out : &in, &out, op_.hora, 1.0, 1.0, 0, &req);
+        break;
+      case Coll::kAllgather: st = hora_allgather_async(name, &in, 0, &req); break;
+      case Coll::kBroadcast: st = hora_broadcast_async(name, &out, opt_.root, 0, &req); break;
+      case Coll::kReducescatter: st = hora_reducescatter_async(name, &in, op_.hora, 0, &req); break;
+      case Coll::kAlltoall: st = hora_alltoall_async(name, &in, nullptr, 0, &req); break;
+    }
+    checkHora(st, "submitting a hora op");
+    return req;
   }
 
-  // Mean time per op on this rank, then the slowest rank's.
-  double slowest(double seconds) {
-    double us = seconds * 1e6 / opt_.iters;
-    MPI_Allreduce(MPI_IN_PLACE, &us, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    return us;
+  // k ops: submitted in batches of at most -n (the timed loop is one batch), each batch then
+  // waited for (each request freed as soon as it is done, so that hora-allocated outputs go
+  // early); or with --blocking 1 each op waited for in turn. Op i is named names[i % n]: the
+  // warm-up uses the timed loop's names, and hora caches what it negotiated by name.
+  void runHora(bool inPlace, int k) {
+    const std::vector<std::string> &names = inPlace ? namesInPlace_ : names_;
+    if (opt_.blocking) {
+      for (int i = 0; i < k; ++i) {
+        hora_request_t r = submit(inPlace, names[i % opt_.iters].c_str());
+        checkHora(hora_wait(r), "hora_wait");
+        hora_request_free(r);
+      }
+      return;
+    }
+    for (int done = 0; done < k;) {
+      const int batch = std::min(opt_.iters, k - done);
+      pending_.clear();
+      for (int i = 0; i < batch; ++i) pending_.push_back(submit(inPlace, names[i].c_str()));
+      for (hora_request_t r : pending_) {
+        checkHora(hora_wait(r), "hora_wait");
+        hora_request_free(r);
+      }
+      pending_.clear();
+      done += batch;
+    }
   }
 
-  Group timeHora(uint8_t *in, uint8_t *out) {
-    for (int i = 0; i < opt_.warmup; ++i) horaOp(in, out);
+  // The timing methodology of every column: warm-up first (untimed), an MPI_Barrier, `iters`
+  // ops, then the slowest rank's elapsed time over iters. Verification never runs in here.
+  template <typename F>
+  Timing timeLoop(F &&body) {
+    body(opt_.warmup);
     MPI_Barrier(MPI_COMM_WORLD);
-    double t0 = MPI_Wtime();
-    for (int i = 0; i < opt_.iters; ++i) horaOp(in, out);
-    Group g;
-    g.timeUs = slowest(MPI_Wtime() - t0);
-    return g;
+    const double t0 = MPI_Wtime();
+    body(opt_.iters);
+    const double elapsed = MPI_Wtime() - t0;
+    Timing t;
+    t.ran = true;
+    t.timeUs = slowestRank(elapsed) * 1e6 / opt_.iters;
+    return t;
   }
 
-  Group timeMpi() {
-    auto once = [&] {
-      MPI_Allreduce(send_.data(), recv_.data(), static_cast<int>(count_), mpiType_, mpiOp_,
-                    MPI_COMM_WORLD);
-    };
-    for (int i = 0; i < opt_.warmup; ++i) once();
-    MPI_Barrier(MPI_COMM_WORLD);
-    double t0 = MPI_Wtime();
-    for (int i = 0; i < opt_.iters; ++i) once();
-    Group g;
-    g.timeUs = slowest(MPI_Wtime() - t0);
-    return g;
+  Timing timeHora(bool inPlace) {
+    return timeLoop([&](int k) { runHora(inPlace, k); });
   }
 
-  int64_t checkedOp(uint8_t *in, uint8_t *out, bool inPlace) {
-    fill(in);
-    if (!inPlace) std::memset(out, 0xA5, static_cast<size_t>(count_ * type_.bytes));
-    horaOp(in, out);
+  template <typename F>
+  Timing timeBaseline(F &&once) {
+    return timeLoop([&](int k) {
+      for (int i = 0; i < k; ++i) once();
+    });
+  }
+
+  // ---- baselines
+
+  void mpiOnce() {
+    const int c = static_cast<int>(shape_.count);
+    const MPI_Datatype t = mpiReduce_.type;
+    switch (coll_.coll) {
+      case Coll::kAllreduce:
+        MPI_Allreduce(send_.data(), recv_.data(), c, t, mpiReduce_.op, MPI_COMM_WORLD);
+        break;
+      case Coll::kAllgather:
+        MPI_Allgather(send_.data(), c, t, recv_.data(), c, t, MPI_COMM_WORLD);
+        break;
+      case Coll::kBroadcast: MPI_Bcast(recv_.data(), c, t, opt_.root, MPI_COMM_WORLD); break;
+      case Coll::kReducescatter:
+        MPI_Reduce_scatter_block(send_.data(), recv_.data(), c, t, mpiReduce_.op, MPI_COMM_WORLD);
+        break;
+      case Coll::kAlltoall:
+        MPI_Alltoall(send_.data(), c, t, recv_.data(), c, t, MPI_COMM_WORLD);
+        break;
+    }
+  }
+
+  void glooOnce() {
+    const int e = type_.bytes;
+    switch (coll_.coll) {
+      case Coll::kAllreduce:
+        gloo_->allreduce(send_.data(), recv_.data(), shape_.count, e, glooReduce_);
+        break;
+      case Coll::kAllgather: gloo_->allgather(send_.data(), recv_.data(), shape_.count * e); break;
+      case Coll::kBroadcast: gloo_->broadcast(recv_.data(), shape_.bytes, opt_.root); break;
+      case Coll::kReducescatter: {
+        // Reduce all of it into recv, then keep this rank's block at the start, where
+        // MPI_Reduce_scatter_block and hora put it. recv holds shape.bytes (see capacity).
+        gloo_->allreduce(send_.data(), recv_.data(), shape_.sendElems, e, glooReduce_);
+        const size_t block = static_cast<size_t>(shape_.count * e);
+        std::memmove(recv_.data(), recv_.data() + static_cast<size_t>(rank_) * block, block);
+        break;
+      }
+      case Coll::kAlltoall: gloo_->alltoall(send_.data(), recv_.data(), shape_.bytes); break;
+    }
+  }
+
+  // ---- verification
+
+  // Fills what the op reads: send, or for broadcast (and in-place allreduce) the buffer itself.
+  void fillInputs(bool inPlace) {
+    const int64_t c = shape_.count;
+    uint8_t *in = inPlace ? recv_.data() : send_.data();
+    switch (coll_.coll) {
+      case Coll::kAllreduce: case Coll::kReducescatter:
+        for (int64_t k = 0; k < shape_.sendElems; ++k)
+          storeValue(type_, in, k, reduceInput(op_.hora, rank_, n_, k));
+        break;
+      case Coll::kAllgather:
+        for (int64_t j = 0; j < c; ++j) storeValue(type_, in, j, patternValue(rank_, 0, j));
+        break;
+      case Coll::kAlltoall:  // block p goes to rank p
+        for (int64_t k = 0; k < shape_.sendElems; ++k)
+          storeValue(type_, in, k, patternValue(rank_, k / c, k % c));
+        break;
+      case Coll::kBroadcast:  // what non-roots hold differs from the root's everywhere
+        for (int64_t j = 0; j < c; ++j)
+          storeValue(type_, recv_.data(), j,
+                     rank_ == opt_.root ? patternValue(opt_.root, 0, j)
+                                        : patternValue(opt_.root + 1, 1, j));
+        break;
+    }
+    // Out of place: the output starts as garbage that no expected value equals.
+    if (!inPlace && coll_.coll != Coll::kBroadcast)
+      std::memset(recv_.data(), 0xA5, static_cast<size_t>(shape_.recvElems * type_.bytes));
+  }
+
+  // Element k of this rank's output, computed here without any communication. avgAsSum: the
+  // MPI and Gloo columns sum where hora averages.
+  double expected(int64_t k, bool avgAsSum) const {
+    const int64_t c = shape_.count;
+    const double scale = avgAsSum && op_.hora == HORA_OP_AVERAGE ? n_ : 1;
+    switch (coll_.coll) {
+      case Coll::kAllreduce: return reduceExpected(op_.hora, n_, k) * scale;
+      case Coll::kReducescatter: return reduceExpected(op_.hora, n_, rank_ * c + k) * scale;
+      case Coll::kAllgather: return patternValue(k / c, 0, k % c);
+      case Coll::kAlltoall: return patternValue(k / c, rank_, k % c);
+      case Coll::kBroadcast: return patternValue(opt_.root, 0, k);
+    }
+    return 0;
+  }
+
+  int64_t countWrong(const void *out, int64_t elems, bool avgAsSum) const {
+    if (elems != shape_.recvElems) return shape_.recvElems;  // the wrong shape: all wrong
     int64_t wrong = 0;
-    for (int64_t j = 0; j < count_; ++j)
-      wrong += load(type_, out, j) != expectedValue(op_.hora, size_, j);
+    for (int64_t k = 0; k < elems; ++k) wrong += loadValue(type_, out, k) != expected(k, avgAsSum);
     return wrong;
   }
 
+  int64_t verifyHora(bool inPlace) {
+    fillInputs(inPlace);
+    const std::string name = baseName() + (inPlace ? ".inplace.check" : ".check");
+    hora_request_t r = submit(inPlace, name.c_str());
+    checkHora(hora_wait(r), "hora_wait");
+    const void *out = recv_.data();
+    int64_t elems = shape_.recvElems;
+    if (const DLTensor *t = hora_request_output(r)) {  // allocated by hora
+      out = t->data;
+      elems = 1;
+      for (int d = 0; d < t->ndim; ++d) elems *= t->shape[d];
+      if (t->dtype.code != type_.dl.code || t->dtype.bits != type_.dl.bits) elems = -1;
+    }
+    const int64_t wrong = countWrong(out, elems, false);
+    hora_request_free(r);
+    return wrong;
+  }
+
+  template <typename F>
+  int64_t verifyBaseline(F &&once) {
+    fillInputs(false);
+    once();
+    return countWrong(recv_.data(), shape_.recvElems, true);
+  }
+
   const Options &opt_;
+  const CollInfo &coll_;
   const DType &type_;
   const ReduceOp &op_;
-  const int rank_, size_;
-  MPI_Op mpiOp_ = MPI_OP_NULL;
-  MPI_Datatype mpiType_ = MPI_DATATYPE_NULL;
-  std::vector<uint8_t> send_, recv_;
-  int64_t count_ = 0;
-  int64_t shape_ = 0;
-  std::string name_;
+  const int rank_, n_;
+  Gloo *gloo_;
+  MpiReduce mpiReduce_;
+  ReduceFn glooReduce_ = nullptr;
+  Buffer send_, recv_;
+  Shape shape_;
+  int64_t sendShape_ = 0, recvShape_ = 0;
+  std::vector<std::string> names_, namesInPlace_;
+  std::vector<hora_request_t> pending_;
 };
 
-std::string formatTime(double us) {
+// ---- output ------------------------------------------------------------------------------------
+
+// Three significant digits: small sizes give ratios far below 0.01.
+std::string ratio(double hora, double other) {
+  const double r = hora / other;
+  if (!std::isfinite(r)) return "n/a";
   char b[32];
-  std::snprintf(b, sizeof b, us < 1e4 ? "%7.2f" : us < 1e5 ? "%7.1f" : "%7.0f", us);
+  std::snprintf(b, sizeof b, r >= 100 ? "%.0f" : "%.3g", r);
   return b;
 }
 
-std::string humanBytes(int64_t b) {
-  static const char *const kUnits[] = {"B", "KiB", "MiB", "GiB"};
-  int u = 0;
-  while (u < 3 && b >= 1024 && b % 1024 == 0) {
-    b /= 1024;
-    ++u;
+void writeJson(FILE *f, const Options &o, const CollInfo &c, const DType &t, const ReduceOp &op,
+               int n, const std::string &glooSkipped, bool glooRan,
+               const std::vector<Row> &rows, int64_t totalWrong, double avgBusbw) {
+  JsonWriter j(f);
+  j.beginObject();
+  j.field("collective", c.name).field("ranks", n).field("dtype", t.name);
+  j.field("redop", c.reduces ? op.name : "none").field("root", c.coll == Coll::kBroadcast ? o.root : -1);
+  j.field("iters", o.iters).field("warmup", o.warmup).field("blocking", o.blocking);
+  j.field("check", o.check).field("mpi_call", o.mpi ? c.mpiCall : "");
+  j.field("gloo", glooRan);
+  if (glooSkipped.empty()) j.key("gloo_skipped").null(); else j.field("gloo_skipped", glooSkipped);
+  j.field("wrong", totalWrong).field("avg_busbw_gbs", avgBusbw);
+  j.key("rows").beginArray();
+  auto group = [&](const char *name, const Timing &g, bool hasWrong, bool memcpy) {
+    j.key(name);
+    if (!g.ran) {
+      j.null();
+      return;
+    }
+    j.beginObject().field("time_us", g.timeUs);
+    if (memcpy) {
+      j.field("gbs", g.algbw);
+    } else {
+      j.field("algbw_gbs", g.algbw).field("busbw_gbs", g.busbw);
+    }
+    if (hasWrong) {
+      if (o.check) j.field("wrong", g.wrong); else j.key("wrong").null();
+    }
+    j.endObject();
+  };
+  for (const Row &r : rows) {
+    j.beginObject();
+    j.field("size", r.shape.bytes).field("count", r.shape.count).field("type", t.name);
+    j.field("redop", c.reduces ? op.name : "none").field("root", c.coll == Coll::kBroadcast ? o.root : -1);
+    group("hora_out_of_place", r.outOfPlace, true, false);
+    group("hora_in_place", r.inPlace, true, false);
+    group("mpi", r.mpi, true, false);
+    group("gloo", r.gloo, true, false);
+    group("memcpy", r.memcpy, false, true);
+    const double h = r.hora().algbw;
+    j.field("hora_over_mpi", h / r.mpi.algbw).field("hora_over_gloo", h / r.gloo.algbw);
+    j.field("hora_over_memcpy", h / r.memcpy.algbw);
+    j.endObject();
   }
-  return std::to_string(b) + " " + kUnits[u];
+  j.endArray();
+  j.endObject();
 }
 
-void writeJson(const std::string &path, const Options &o, int size, const std::vector<Row> &rows) {
-  FILE *f = std::fopen(path.c_str(), "w");
-  if (!f) {
-    std::fprintf(stderr, "hora-bench: cannot write %s: %s\n", path.c_str(), std::strerror(errno));
-    return;
-  }
-  std::fprintf(f,
-               "{\"collective\": \"allreduce\", \"ranks\": %d, \"dtype\": \"%s\", \"op\": \"%s\", "
-               "\"iters\": %d, \"warmup\": %d, \"check\": %s, \"rows\": [",
-               size, o.dtype.c_str(), o.op.c_str(), o.iters, o.warmup, o.check ? "true" : "false");
-  auto group = [f](const char *name, const Group &g, bool wrong) {
-    std::fprintf(f, "\"%s\": {\"time_us\": %.3f, \"algbw_gbs\": %.4f, \"busbw_gbs\": %.4f", name,
-                 g.timeUs, g.algbw, g.busbw);
-    if (wrong) std::fprintf(f, ", \"wrong\": %" PRId64, g.wrong);
-    std::fprintf(f, "}");
+// gnuplot single-quoted string: a quote is doubled.
+std::string gnuplotQuote(const std::string &s) {
+  std::string out = "'";
+  for (char ch : s) out += ch == '\'' ? std::string("''") : std::string(1, ch);
+  return out + "'";
+}
+
+// busbw against size on a log2 axis, one line per column, drawn by gnuplot into `png`.
+std::string plot(const std::string &png, const std::string &title, const std::vector<Row> &rows) {
+  const char *tmp = std::getenv("TMPDIR");
+  std::string dir = std::string(tmp && *tmp ? tmp : "/tmp") + "/hora-bench-plot-XXXXXX";
+  if (!mkdtemp(dir.data())) return "mkdtemp: " + std::string(std::strerror(errno));
+  const std::string data = dir + "/rows.dat", script = dir + "/plot.gp";
+  struct Series {
+    const char *title;
+    Timing Row::*column;
   };
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const Row &r = rows[i];
-    std::fprintf(f, "%s\n  {\"size\": %" PRId64 ", \"count\": %" PRId64 ", ", i ? "," : "",
-                 r.bytes, r.count);
-    group("hora_out_of_place", r.outOfPlace, true);
-    std::fprintf(f, ", ");
-    group("hora_in_place", r.inPlace, true);
-    std::fprintf(f, ", ");
-    group("mpi", r.mpi, false);
-    std::fprintf(f, ", \"hora_over_mpi\": %.4f}", r.mpi.timeUs / r.outOfPlace.timeUs);
+  const Series series[] = {
+      {"hora out-of-place", &Row::outOfPlace}, {"hora in-place", &Row::inPlace},
+      {"raw MPI", &Row::mpi},                  {"Gloo", &Row::gloo},
+      {"memcpy bound (GB/s per rank)", &Row::memcpy},
+  };
+  FILE *d = std::fopen(data.c_str(), "w");
+  if (!d) return "cannot write " + data + ": " + std::strerror(errno);
+  for (const Row &r : rows) {
+    std::fprintf(d, "%lld", static_cast<long long>(r.shape.bytes));
+    for (const Series &s : series) {
+      const Timing &t = r.*s.column;
+      if (t.ran) std::fprintf(d, " %.6g", t.busbw); else std::fprintf(d, " NaN");
+    }
+    std::fprintf(d, "\n");
   }
-  std::fprintf(f, "\n]}\n");
-  std::fclose(f);
+  std::fclose(d);
+  FILE *g = std::fopen(script.c_str(), "w");
+  if (!g) return "cannot write " + script + ": " + std::strerror(errno);
+  std::fprintf(g,
+               "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
+               "  set terminal pngcairo size 1100,650 noenhanced\n"
+               "} else {\n"
+               "  set terminal png size 1100,650 noenhanced\n"
+               "}\n"
+               "set output %s\n"
+               "set title %s\n"
+               "set datafile missing 'NaN'\n"
+               "set logscale x 2\n"
+               "set format x '%%.0b%%BB'\n"
+               "set format y '%%g'\n"
+               "set xlabel 'size'\n"
+               "set logscale y 10\n"  // small and large sizes differ by orders of magnitude
+               "set ylabel 'busbw (GB/s), log scale'\n"
+               "set grid\n"
+               "set key outside below\n",
+               gnuplotQuote(png).c_str(), gnuplotQuote(title).c_str());
+  std::string plots;
+  for (size_t i = 0; i < sizeof series / sizeof series[0]; ++i) {
+    const bool any = std::any_of(rows.begin(), rows.end(),
+                                 [&](const Row &r) { return (r.*series[i].column).ran; });
+    if (!any) continue;
+    plots += (plots.empty() ? "plot " : ", \\\n     ") + gnuplotQuote(data) + " using 1:" +
+             std::to_string(i + 2) + " with linespoints lw 2 title " +
+             gnuplotQuote(series[i].title);
+  }
+  std::fprintf(g, "%s\n", plots.c_str());
+  std::fclose(g);
+  const std::string cmd = "gnuplot " + gnuplotQuote(script) + " 2>&1";
+  FILE *p = popen(cmd.c_str(), "r");
+  std::string output;
+  if (p) {
+    char buf[256];
+    while (std::fgets(buf, sizeof buf, p)) output += buf;
+  }
+  const int status = p ? pclose(p) : -1;
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  if (status != 0)
+    return "gnuplot failed (status " + std::to_string(status) + "): " + output;
+  return "";
+}
+
+int run(int argc, char **argv, int rank, int n) {
+  Options opt;
+  std::string error;
+  const ParseResult parsed = parseCommandLine(argc, argv, optionSpecs(&opt), &error);
+  if (parsed == ParseResult::kHelp) {
+    if (rank == 0) usage(stdout);
+    return 0;
+  }
+  const DType *type = findDType(opt.dtype);
+  const ReduceOp *op = findReduceOp(opt.redop);
+  const CollInfo *coll = findColl(opt.coll);
+  if (parsed == ParseResult::kRun) {
+    if (!coll)
+      error = "unknown --op " + opt.coll +
+              " (allreduce, allgather, broadcast, reducescatter or alltoall)";
+    else if (!type)
+      error = "unknown -d " + opt.dtype + " (" + dtypeNames() + ")";
+    else if (!op)
+      error = "unknown -o " + opt.redop + " (" + reduceOpNames() + ")";
+    else if (coll->reduces && op->hora == HORA_OP_AVERAGE && !type->isFloat)
+      error = "-o avg needs a floating-point -d (hora averages floats only)";
+    else if (opt.minBytes < 1 || opt.maxBytes < opt.minBytes)
+      error = "need 1 <= -b <= -e";
+    else if (opt.root >= n)
+      error = "-r " + std::to_string(opt.root) + " is not a rank (" + std::to_string(n) +
+              " ranks)";
+  }
+  // Files and tools that rank 0 needs at the end, checked before a long run.
+  if (error.empty() && parsed == ParseResult::kRun && rank == 0) {
+    if (!opt.json.empty()) error = unwritable(opt.json);
+    if (error.empty() && !opt.plot.empty()) {
+      error = unwritable(opt.plot);
+      if (error.empty() && !inPath("gnuplot"))
+        error = "--plot needs gnuplot, which is not in PATH (Debian: apt-get install gnuplot-nox)";
+    }
+  }
+  int bad = !error.empty();
+  MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (bad) {
+    if (rank == 0) {
+      std::fprintf(stderr, "%s: %s\n", programName(), error.c_str());
+      std::fprintf(stderr, "%s: run with --help for the options\n", programName());
+    }
+    return 1;
+  }
+
+  checkHora(hora_init(), "hora_init");
+  if (hora_size() != n) failHere("hora sees " + std::to_string(hora_size()) + " ranks, MPI " +
+                                 std::to_string(n));
+  const std::vector<RankInfo> ranks = gatherRanks();
+
+  std::unique_ptr<Gloo> gloo;
+  std::string glooSkipped;
+#if HORA_BENCH_GLOO
+  if (opt.gloo) gloo = Gloo::connect(rank, ranks, &glooSkipped);
+#else
+  glooSkipped = "this build has no Gloo (meson found no libgloo-dev)";
+#endif
+  if (!opt.gloo) glooSkipped = "--gloo 0";
+
+  // Sizes from -b to -e, times -f; rows whose rounded size repeats are dropped.
+  std::vector<Shape> shapes;
+  size_t capacity = 0;
+  for (double b = static_cast<double>(opt.minBytes); b <= static_cast<double>(opt.maxBytes) * (1 + 1e-12);
+       b *= opt.factor) {
+    const Shape s = shapeFor(*coll, static_cast<int64_t>(b), type->bytes, n);
+    if (!shapes.empty() && shapes.back().bytes == s.bytes) continue;
+    shapes.push_back(s);
+    // Both buffers hold a whole size: the memcpy bound copies it, and Gloo's reducescatter
+    // column reduces the full input into recv.
+    capacity = std::max(capacity, static_cast<size_t>(s.bytes));
+  }
+
+  const bool bcast = coll->coll == Coll::kBroadcast;
+  const char *redop = coll->reduces ? op->name : "none";
+  if (rank == 0) {
+    std::printf("# hora-bench: %s, %d ranks, %s, redop %s%s, %s .. %s x%g, %d iters, %d warm-up, "
+                "check %s\n",
+                coll->name, n, type->name, redop,
+                bcast ? (", root " + std::to_string(opt.root)).c_str() : "",
+                humanBytes(opt.minBytes).c_str(), humanBytes(opt.maxBytes).c_str(), opt.factor,
+                opt.iters, opt.warmup, opt.check ? "on" : "off");
+    std::printf("# hora: %s; time = mean per op, slowest rank\n",
+                opt.blocking ? "blocking, each op waited for before the next (--blocking 1)"
+                             : "-n ops submitted async back to back, then one wait for all");
+    if (opt.mpi)
+      std::printf("# raw MPI: %s, blocking calls on the same buffers%s\n", coll->mpiCall,
+                  !coll->reduces ? ""
+                  : op->hora == HORA_OP_AVERAGE ? " (avg timed as a sum)"
+                  : type->mpi == MPI_DATATYPE_NULL ? " (a user op on 16-bit words)" : "");
+    if (gloo)
+      std::printf("# Gloo: %s, blocking calls, tcp over 127.0.0.1%s\n", coll->glooCall,
+                  coll->reduces && op->hora == HORA_OP_AVERAGE ? " (avg timed as a sum)" : "");
+    else
+      std::printf("# Gloo column skipped: %s\n", glooSkipped.c_str());
+    if (opt.memcpy)
+      std::printf("# memcpy: every rank copies size bytes at once; GB/s = size / time\n");
+    std::printf("# busbw = algbw x %s; ratios: hora's algbw (%s) over the column's\n",
+                coll->coll == Coll::kAllreduce ? "2(n-1)/n" : bcast ? "1" : "(n-1)/n",
+                bcast ? "in place" : "out of place");
+    printRanks(stdout, ranks);
+    std::printf("#\n");
+  }
+
+  Table table;
+  table.addGroup("", {{"size", "(B)", 12}, {"count", "(elements)", 12}, {"type", "", 8},
+                      {"redop", "", 6}, {"root", "", 6}});
+  table.addGroup("out-of-place", {{"time", "(us)", 7}, {"algbw", "(GB/s)", 6},
+                                  {"busbw", "(GB/s)", 6}, {"#wrong", "", 5}});
+  table.addGroup("in-place", {{"time", "(us)", 7}, {"algbw", "(GB/s)", 6},
+                              {"busbw", "(GB/s)", 6}, {"#wrong", "", 5}});
+  if (opt.mpi) table.addGroup("raw MPI", {{"time", "(us)", 7}, {"busbw", "(GB/s)", 6}});
+  if (gloo) table.addGroup("Gloo", {{"time", "(us)", 7}, {"busbw", "(GB/s)", 6}});
+  if (opt.memcpy) table.addGroup("memcpy", {{"time", "(us)", 7}, {"GB/s", "", 6}});
+  std::vector<Table::Column> ratioColumns;
+  if (opt.mpi) ratioColumns.push_back({"hora/MPI", "", 8});
+  if (gloo) ratioColumns.push_back({"hora/Gloo", "", 9});
+  if (opt.memcpy) ratioColumns.push_back({"hora/memcpy", "", 11});
+  if (!ratioColumns.empty()) table.addGroup("ratios", ratioColumns);
+  if (rank == 0) {
+    table.printHeader(stdout);
+    std::fflush(stdout);
+  }
+
+  std::vector<Row> rows;
+  {
+    Bench bench(opt, *coll, *type, *op, rank, n, capacity, gloo.get());
+    for (const Shape &s : shapes) {
+      rows.push_back(bench.run(s));
+      const Row &r = rows.back();
+      if (rank != 0) continue;
+      auto wrong = [&](const Timing &t) {
+        return !t.ran ? std::string("n/a") : opt.check ? std::to_string(t.wrong) : "N/A";
+      };
+      std::vector<std::string> cells = {
+          std::to_string(r.shape.bytes), std::to_string(r.shape.count), type->name, redop,
+          std::to_string(bcast ? opt.root : -1)};
+      for (const Timing *t : {&r.outOfPlace, &r.inPlace}) {
+        cells.push_back(formatTime(t->timeUs));
+        cells.push_back(formatFixed(t->algbw, 2));
+        cells.push_back(formatFixed(t->busbw, 2));
+        cells.push_back(wrong(*t));
+      }
+      for (const Timing *t : {&r.mpi, &r.gloo, &r.memcpy}) {
+        if ((t == &r.mpi && !opt.mpi) || (t == &r.gloo && !gloo) ||
+            (t == &r.memcpy && !opt.memcpy))
+          continue;
+        cells.push_back(formatTime(t->timeUs));
+        cells.push_back(formatFixed(t->busbw, 2));
+      }
+      const double h = r.hora().algbw;
+      if (opt.mpi) cells.push_back(ratio(h, r.mpi.algbw));
+      if (gloo) cells.push_back(ratio(h, r.gloo.algbw));
+      if (opt.memcpy) cells.push_back(ratio(h, r.memcpy.algbw));
+      table.printRow(stdout, cells);
+      std::fflush(stdout);
+    }
+  }
+
+  // nccl-tests' footer: the average over every hora bus bandwidth printed (both forms).
+  int64_t horaWrong = 0, baselineWrong = 0;
+  double busSum = 0, mpiSum = 0, glooSum = 0;
+  int busCount = 0, mpiCount = 0, glooCount = 0;
+  for (const Row &r : rows) {
+    for (const Timing *t : {&r.outOfPlace, &r.inPlace}) {
+      if (!t->ran) continue;
+      horaWrong += t->wrong;
+      busSum += t->busbw;
+      ++busCount;
+    }
+    baselineWrong += r.mpi.wrong + r.gloo.wrong;
+    if (r.mpi.ran) mpiSum += r.mpi.busbw, ++mpiCount;
+    if (r.gloo.ran) glooSum += r.gloo.busbw, ++glooCount;
+  }
+  const double avgBus = busCount ? busSum / busCount : std::nan("");
+  int status = horaWrong || baselineWrong ? 1 : 0;
+  if (rank == 0) {
+    std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(horaWrong),
+                !opt.check ? "(not checked)" : horaWrong ? "FAILED" : "OK");
+    if (baselineWrong)
+      std::printf("# MPI or Gloo results wrong: %lld (a bug in the benchmark or the library)\n",
+                  static_cast<long long>(baselineWrong));
+    std::printf("# Avg bus bandwidth    : %g\n", avgBus);
+    if (mpiCount) std::printf("# Avg MPI bus bandwidth: %g\n", mpiSum / mpiCount);
+    if (glooCount) std::printf("# Avg Gloo bus bandwidth: %g\n", glooSum / glooCount);
+    std::printf("#\n");
+    std::fflush(stdout);
+    if (!opt.json.empty()) {
+      FILE *f = std::fopen(opt.json.c_str(), "w");
+      if (!f) {
+        std::fprintf(stderr, "%s: cannot write %s: %s\n", programName(), opt.json.c_str(),
+                     std::strerror(errno));
+        status = 2;
+      } else {
+        writeJson(f, opt, *coll, *type, *op, n, glooSkipped, gloo != nullptr, rows,
+                  horaWrong + baselineWrong, avgBus);
+        std::fclose(f);
+      }
+    }
+    if (!opt.plot.empty()) {
+      const std::string title = std::string("hora-bench ") + coll->name + ", " +
+                                std::to_string(n) + " ranks, " + type->name +
+                                (coll->reduces ? std::string(" ") + op->name : std::string());
+      const std::string why = plot(opt.plot, title, rows);
+      if (!why.empty()) {
+        std::fprintf(stderr, "%s: --plot %s: %s\n", programName(), opt.plot.c_str(), why.c_str());
+        status = 2;
+      } else {
+        std::printf("# plot: %s\n", opt.plot.c_str());
+      }
+    }
+  }
+  MPI_Bcast(&status, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  gloo.reset();
+  checkHora(hora_shutdown(), "hora_shutdown");
+  return status;
 }
 
 }  // namespace
+}  // namespace hora::bench
 
 int main(int argc, char **argv) {
   // MPI first, with full thread support: hora's engine thread then shares this MPI, and hora
   // leaves finalizing it to us.
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  int rank = 0, size = 1;
+  int rank = 0, n = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-
-  Options opt;
-  const int parsed = parseOptions(argc, argv, &opt);
-  const DType *type = findDType(opt.dtype);
-  const ReduceOp *op = findOp(opt.op);
-  int bad = parsed;
-  if (!bad && !type) {
-    if (rank == 0) std::fprintf(stderr, "hora-bench: unknown dtype %s\n", opt.dtype.c_str());
-    bad = 1;
-  } else if (!bad && !op) {
-    if (rank == 0) std::fprintf(stderr, "hora-bench: unknown op %s\n", opt.op.c_str());
-    bad = 1;
-  } else if (!bad && op->hora == HORA_OP_AVERAGE && !type->isFloat) {
-    if (rank == 0) std::fprintf(stderr, "hora-bench: avg needs a floating-point dtype\n");
-    bad = 1;
-  }
-  if (bad) {
-    if (rank == 0) usage(argv[0]);
-    MPI_Finalize();
-    return bad == 2 ? 0 : 1;
-  }
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  hora::bench::setProgramName("hora-bench");
   if (provided < MPI_THREAD_MULTIPLE && rank == 0)
     std::fprintf(stderr, "hora-bench: warning: MPI gives thread level %d, not MULTIPLE\n",
                  provided);
-
-  hora_status_t st = hora_init();
-  if (st != HORA_SUCCESS) fail("hora_init", st);
-  if (hora_size() != size) {
-    std::fprintf(stderr, "hora-bench: hora sees %d ranks, MPI %d\n", hora_size(), size);
-    MPI_Abort(MPI_COMM_WORLD, 2);
-  }
-
-  if (rank == 0) {
-    std::printf("# hora-bench: allreduce, %d ranks, dtype %s, op %s, %s .. %s x%g, %d iters, "
-                "%d warmup, check %s\n",
-                size, type->name, op->name, humanBytes(opt.minBytes).c_str(),
-                humanBytes(opt.maxBytes).c_str(), opt.factor, opt.iters, opt.warmup,
-                opt.check ? "on" : "off");
-    std::printf("# time: us per op, the mean over iters of the slowest rank; busbw = algbw x "
-                "2(n-1)/n\n");
-    std::printf("# MPI_Allreduce: the same buffers, out of place%s; hora/MPI: out-of-place "
-                "bandwidth ratio\n",
-                op->hora == HORA_OP_AVERAGE ? " (avg timed as MPI_SUM)"
-                : type->mpi == MPI_DATATYPE_NULL ? " (user op, float accumulation)" : "");
-    std::fflush(stdout);
-  }
-  // One line per rank, printed by rank 0 (mpirun interleaves the ranks' stdout otherwise).
-  struct RankInfo {
-    char host[64];
-    int pid, localRank, localSize;
-  } me{};
-  std::vector<RankInfo> infos(rank == 0 ? size : 0);
-  gethostname(me.host, sizeof me.host - 1);
-  me.pid = static_cast<int>(getpid());
-  me.localRank = hora_local_rank();
-  me.localSize = hora_local_size();
-  MPI_Gather(&me, sizeof me, MPI_BYTE, infos.data(), sizeof me, MPI_BYTE, 0, MPI_COMM_WORLD);
-
-  if (rank == 0) {
-    for (int r = 0; r < size; ++r)
-      std::printf("#  Rank %2d Pid %6d on %10s (local rank %d of %d)\n", r, infos[r].pid,
-                  infos[r].host, infos[r].localRank, infos[r].localSize);
-    // Group labels centred over their columns: 52 columns of size..root, then groups of 32,
-    // 32 and 26.
-    std::string labels(146, ' ');
-    labels[0] = '#';
-    labels.replace(62, 12, "out-of-place");
-    labels.replace(96, 8, "in-place");
-    labels.replace(119, 13, "MPI_Allreduce");
-    labels.erase(labels.find_last_not_of(' ') + 1);
-    std::printf("#\n%s\n", labels.c_str());
-    std::printf("#       size         count      type   redop    root     time   algbw   busbw "
-                "#wrong     time   algbw   busbw #wrong     time   busbw hora/MPI\n");
-    std::printf("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)"
-                "            (us)  (GB/s)  (GB/s)            (us)  (GB/s)\n");
-    std::fflush(stdout);
-  }
-
-  std::vector<Row> rows;
-  {
-    Bench bench(opt, *type, *op, rank, size);
-    int64_t last = -1;
-    for (double b = static_cast<double>(opt.minBytes); b <= static_cast<double>(opt.maxBytes);
-         b *= opt.factor) {
-      int64_t bytes = static_cast<int64_t>(b);
-      if (std::max<int64_t>(1, bytes / type->bytes) * type->bytes == last) continue;
-      Row r = bench.run(bytes);
-      last = r.bytes;
-      rows.push_back(r);
-      if (rank == 0) {
-        auto wrong = [&](int64_t w) { return opt.check ? std::to_string(w) : std::string("N/A"); };
-        std::printf("%12" PRId64 "  %12" PRId64 "  %8s  %6s  %6d  %7s  %6.2f  %6.2f  %5s"
-                    "  %7s  %6.2f  %6.2f  %5s  %7s  %6.2f  %7.2f\n",
-                    r.bytes, r.count, type->name, op->name, -1,
-                    formatTime(r.outOfPlace.timeUs).c_str(), r.outOfPlace.algbw,
-                    r.outOfPlace.busbw, wrong(r.outOfPlace.wrong).c_str(),
-                    formatTime(r.inPlace.timeUs).c_str(), r.inPlace.algbw, r.inPlace.busbw,
-                    wrong(r.inPlace.wrong).c_str(), formatTime(r.mpi.timeUs).c_str(),
-                    r.mpi.busbw, r.mpi.timeUs / r.outOfPlace.timeUs);
-        std::fflush(stdout);
-      }
-    }
-  }
-
-  int64_t totalWrong = 0;
-  double avgBus = 0, avgMpi = 0;
-  for (const Row &r : rows) {
-    totalWrong += r.outOfPlace.wrong + r.inPlace.wrong;
-    avgBus += r.outOfPlace.busbw / rows.size();
-    avgMpi += r.mpi.busbw / rows.size();
-  }
-  if (rank == 0) {
-    std::printf("# Out of bounds values : %" PRId64 " %s\n", totalWrong,
-                !opt.check ? "(not checked)" : totalWrong ? "FAILED" : "OK");
-    std::printf("# Avg bus bandwidth    : %g\n", avgBus);
-    std::printf("# Avg MPI bus bandwidth: %g\n", avgMpi);
-    std::printf("#\n");
-    std::fflush(stdout);
-    if (!opt.json.empty()) writeJson(opt.json, opt, size, rows);
-  }
-
-  st = hora_shutdown();
-  if (st != HORA_SUCCESS) fail("hora_shutdown", st);
+  const int status = hora::bench::run(argc, argv, rank, n);
   MPI_Finalize();
-  return totalWrong ? 1 : 0;
+  return status;
 }

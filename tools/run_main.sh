@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # The main job: installs missing Debian packages, builds hora in build/, runs the multi-rank C
-# example at 4 ranks, then a short allreduce bandwidth table (hora against raw MPI) at 2 ranks.
+# example at 4 ranks, then at 2 ranks an allreduce bandwidth table (hora against raw MPI, Gloo and
+# memcpy; plotted into $builddir/bench/allreduce.png) and the gradient steps of two real models.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 builddir=${HORA_BUILDDIR:-build}
@@ -28,9 +29,15 @@ fi
 
 if [ -x "$builddir/bench/hora-bench" ]; then
   echo
-  echo "== hora-bench: allreduce float32 sum, 2 ranks"
+  echo "== hora-bench: allreduce float32 sum, 2 ranks, against raw MPI, Gloo and memcpy"
+  # -w/-n small: a 256 MiB raw MPI_Allreduce takes about a second here. -w >= -n: the warm-up
+  # primes every name the timed ops use.
   mpirun "${HORA_MPIRUN_ARGS[@]}" -np 2 "$builddir/bench/hora-bench" \
-    -b 4 -e 64M -f 4 -w 5 -n 20 -d float -o sum
+    -b 4K -e 256M -f 4 -w 2 -n 2 -d float -o sum --plot "$builddir/bench/allreduce.png"
+  echo
+  echo "== hora-grads: gradient steps of ResNet-50 and ViT-B/16 (3 timed per variant), 2 ranks"
+  # Few steps: ViT-B/16's 346 MB through one raw MPI_Allreduce takes a second or two here.
+  mpirun "${HORA_MPIRUN_ARGS[@]}" -np 2 "$builddir/bench/hora-grads" --steps 3 --warmup 1
 else
   echo "hora-bench was not built (needs MPI and -Dbench enabled)" >&2
 fi

@@ -12,6 +12,7 @@ packages=(
   libgloo-dev                            # Gloo: CPU backend and transport of env:// worlds
   iproute2                               # ip netns: the two-host test on one machine
   python3                                # /usr/bin/python3: run_tests.sh reads meson's testlog
+  gnuplot-nox                            # hora-bench --plot: busbw against size as a PNG
 )
 
 missing=()

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# A bad command line: a nonzero exit and one message (from rank 0) that says what was wrong.
+#   usage: bad_args.sh HORA_BENCH HORA_GRADS -- LAUNCHER...
+set -uo pipefail
+bench=$1
+grads=$2
+shift 3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+
+# expect_error MESSAGE COMMAND...: COMMAND exits nonzero and prints MESSAGE exactly once.
+expect_error() {
+  local message=$1
+  shift
+  local out rc
+  out=$("$@" 2>&1)
+  rc=$?
+  local count
+  count=$(grep -cF -- "$message" <<< "$out")
+  if [ "$rc" -eq 0 ] || [ "$count" -ne 1 ]; then
+    echo "FAIL: exit $rc, '$message' seen $count times; output:"
+    echo "$out"
+    failures=$((failures + 1))
+  else
+    echo "ok: exit $rc: $(grep -F -- "$message" <<< "$out")"
+  fi
+}
+
+expect_error "unknown --op gather" "$@" "$bench" --op gather
+expect_error "unknown option --bogus" "$@" "$bench" --bogus 1
+expect_error "-n needs a value" "$@" "$bench" -n
+expect_error "bad value for -b: 'lots'" "$@" "$bench" -b lots
+expect_error "need 1 <= -b <= -e" "$@" "$bench" -b 64K -e 4K
+expect_error "unknown -d float8" "$@" "$bench" -d float8
+expect_error "-o avg needs a floating-point -d" "$@" "$bench" -d int32 -o avg
+expect_error "-r 2 is not a rank" "$@" "$bench" --op broadcast -r 2
+expect_error "cannot write $tmp/none/x.json" "$@" "$bench" --json "$tmp/none/x.json"
+
+printf "# a model\nconv.weight\n" > "$tmp/broken_grads.txt"
+expect_error "cannot read $tmp/missing.txt" "$@" "$grads" --model "$tmp/missing.txt"
+expect_error "broken_grads.txt:2: expected 'name dims'" "$@" "$grads" --model "$tmp/broken_grads.txt"
+expect_error "bad value for --steps: '0'" "$@" "$grads" --steps 0
+
+# --help is not an error
+if ! "$@" "$bench" --help | grep -q "usage: mpirun -np N hora-bench"; then
+  echo "FAIL: hora-bench --help"
+  failures=$((failures + 1))
+fi
+exit $((failures > 0))
