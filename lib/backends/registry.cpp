@@ -6,7 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "backends/shm/shm_backend.h"
 #include "base/error.h"
+#include "base/logging.h"
 #include "hora_config.h"
 #if HORA_HAVE_GLOO
 #include "backends/gloo/gloo_backend.h"
@@ -72,7 +74,14 @@ std::unique_ptr<Backend> createCpuBackend(const Knobs &knobs, Bootstrap &bootstr
       continue;
     }
     std::string why;
-    if (std::unique_ptr<Backend> backend = c.make(bootstrap, group, &why)) return backend;
+    if (std::unique_ptr<Backend> backend = c.make(bootstrap, group, &why)) {
+      if (group.size() == 1) return backend;
+      backend = wrapWithShm(std::move(backend), group, knobs, &why);
+      if (!why.empty()) {
+        HORA_LOG(kInfo) << "intra-host shared-memory allreduce off: " << why;
+      }
+      return backend;
+    }
     tried += detail::concat(tried.empty() ? "" : "; ", c.name, ": ", why);
   }
   HORA_THROW(HORA_ERR_UNSUPPORTED, "no CPU backend can serve a group of ", group.size(),

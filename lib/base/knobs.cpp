@@ -80,6 +80,13 @@ const std::vector<KnobSpec> kTable = {
        return parseChoice(t, {"auto", "mpi", "gloo"}, &k.cpuBackend, why);
      },
      [](const Knobs &k) { return k.cpuBackend; }},
+    {"HORA_SHM", "auto",
+     "intra-host allreduce through shared memory and process_vm_readv when every rank of a set "
+     "is on one host: auto or off",
+     [](const std::string &t, Knobs &k, std::string *why) {
+       return parseChoice(t, {"auto", "off"}, &k.shm, why);
+     },
+     [](const Knobs &k) { return k.shm; }},
     {"HORA_TIMELINE", "", "path of a Chrome-trace JSON timeline (not yet written: issue 8)",
      [](const std::string &t, Knobs &k, std::string *) {
        k.timeline = t;

@@ -24,6 +24,23 @@ class Backend {
   // out[i] = op over ranks of in[i]; in == out means in place. op is never kAverage (the engine
   // turns it into kSum and a scale).
   virtual void allreduce(const void *in, void *out, int64_t count, DType dtype, ReduceOp op) = 0;
+  // One tensor of a fused allreduce, reduced where it lies (in == out means in place).
+  struct Span {
+    const void *in;
+    void *out;
+    int64_t count;
+  };
+  // The fast path for a whole response: the spans, concatenated, are one vector, and every
+  // element becomes postscale * (op over ranks of prescale * element); float16/bfloat16
+  // accumulate in float32 with one rounding. op is never kAverage. Returns false, touching
+  // nothing, when this backend cannot: the engine then packs and calls allreduce(). The answer
+  // may depend only on what every rank agrees on (dtype, op, number of spans, total count), so
+  // that all ranks take the same path.
+  virtual bool allreduceSpans(const std::vector<Span> &spans, DType dtype, ReduceOp op,
+                              double prescale, double postscale) {
+    (void)spans, (void)dtype, (void)op, (void)prescale, (void)postscale;
+    return false;
+  }
   // root's bytes replace everyone else's.
   virtual void broadcast(void *buf, int64_t bytes, int root) = 0;
   // out = concatenation over ranks of each rank's in; bytesPerRank[r] is rank r's length.

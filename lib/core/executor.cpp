@@ -34,6 +34,11 @@ void Executor::allreduce(const std::vector<Request *> &requests, const Response 
       total += t.numel;
     }
   }
+  std::vector<Backend::Span> spans;
+  spans.reserve(tensors.size());
+  for (const TensorArg &t : tensors) spans.push_back({t.in, t.out, t.numel});
+  if (backend_.allreduceSpans(spans, dtype, wireOp, pre, post)) return;
+
   const bool widen = isHalf(dtype) && !backend_.reducesHalfNatively();
 
   if (!widen && tensors.size() == 1) {

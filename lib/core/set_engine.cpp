@@ -3,6 +3,7 @@
 #include "core/set_engine.h"
 
 #include <pthread.h>
+#include <sys/prctl.h>
 
 #include <algorithm>
 
@@ -50,6 +51,10 @@ bool SetEngine::joinWithin(std::chrono::milliseconds limit) {
 void SetEngine::threadMain(const std::function<Parts()> &setup, std::promise<Status> *started) {
   const std::string threadName = id_ == 0 ? "hora-engine" : "hora-set-" + std::to_string(id_);
   pthread_setname_np(pthread_self(), threadName.substr(0, 15).c_str());
+  // The engine sleeps in short slices while it waits for peers (MPI polling, back-off): with the
+  // default 50 us timer slack every such sleep overshoots by tens of microseconds, which is the
+  // whole latency of a small collective.
+  prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
   try {
     parts_ = setup();
     rank_ = parts_.group->rank();
@@ -116,7 +121,7 @@ void SetEngine::loop() {
       idleBackoff = std::chrono::microseconds{0};
     } else {
       idleBackoff = std::min(std::chrono::microseconds{1000},
-                             std::max(std::chrono::microseconds{50}, idleBackoff * 2));
+                             std::max(std::chrono::microseconds{10}, idleBackoff * 2));
     }
   }
 }

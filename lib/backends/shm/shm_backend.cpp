@@ -1,0 +1,348 @@
+// SPDX-License-Identifier: Apache-2.0
+// ShmBackend: allreduce among the ranks of one host without a message-sized copy or allocation.
+#include "backends/shm/shm_backend.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+
+#include "backends/shm/shm_segment.h"
+#include "base/error.h"
+#include "base/logging.h"
+
+namespace hora {
+namespace {
+
+constexpr int64_t kEagerBytes = 32 << 10;    // largest op that goes through the staging slots
+constexpr int64_t kWindowBytes = 1 << 20;    // bytes of the vector reduced per round: stays in cache
+
+// One per rank, written only by its rank: who it is and the operation it is running, which peers
+// check after the first barrier of each operation. A peer can be at most one operation ahead
+// (it cannot pass that operation's barrier alone), so two descriptors, by sequence parity, keep
+// its next one from overwriting the one being checked.
+struct OpDescriptor {
+  uint64_t seq;
+  int64_t total;
+  uint32_t dtype;
+  uint32_t op;
+};
+struct alignas(64) Slot {
+  int32_t pid;
+  OpDescriptor ops[2];
+};
+
+static_assert(std::atomic<uint32_t>::is_always_lock_free && std::atomic<uint64_t>::is_always_lock_free,
+              "the barrier's atomics must be address-free to live in shared memory");
+
+constexpr size_t roundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+bool isHalf(DType t) { return t == DType::kFloat16 || t == DType::kBFloat16; }
+
+std::string hostIdentity() {
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  std::string boot;
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::getline(in, boot);
+  return std::string(name) + "/" + boot;
+}
+
+// This rank's tensors as one vector of elements: which bytes of which tensor hold [a, b).
+class SpanTable {
+ public:
+  void assign(const std::vector<Backend::Span> &spans) {
+    spans_ = spans;
+    start_.resize(spans.size() + 1);
+    start_[0] = 0;
+    for (size_t i = 0; i < spans.size(); ++i) start_[i + 1] = start_[i] + spans[i].count;
+  }
+  int64_t total() const { return start_.empty() ? 0 : start_.back(); }
+
+  // Calls fn(in, out, offsetInRange, count) for each piece of [a, b), in order.
+  template <typename Fn>
+  void forEach(int64_t a, int64_t b, size_t esize, Fn &&fn) const {
+    size_t i = static_cast<size_t>(std::upper_bound(start_.begin(), start_.end(), a) - start_.begin()) - 1;
+    for (int64_t at = a; at < b && i < spans_.size(); ++i) {
+      const int64_t end = std::min(b, start_[i + 1]);
+      if (end <= at) continue;
+      const size_t skip = static_cast<size_t>(at - start_[i]) * esize;
+      fn(static_cast<const char *>(spans_[i].in) + skip, static_cast<char *>(spans_[i].out) + skip,
+         at - a, end - at);
+      at = end;
+    }
+  }
+  // Copies input elements [a, b) into dst / dst into output elements [a, b).
+  void gatherIn(int64_t a, int64_t b, size_t esize, char *dst) const {
+    forEach(a, b, esize, [&](const char *in, char *, int64_t at, int64_t n) {
+      std::memcpy(dst + static_cast<size_t>(at) * esize, in, static_cast<size_t>(n) * esize);
+    });
+  }
+  void scatterOut(int64_t a, int64_t b, size_t esize, const char *src) const {
+    forEach(a, b, esize, [&](const char *, char *out, int64_t at, int64_t n) {
+      std::memcpy(out, src + static_cast<size_t>(at) * esize, static_cast<size_t>(n) * esize);
+    });
+  }
+
+ private:
+  std::vector<Backend::Span> spans_;
+  std::vector<int64_t> start_;
+};
+
+class ShmBackend final : public Backend {
+ public:
+  ShmBackend(std::unique_ptr<Backend> inner, std::unique_ptr<ShmSegment> segment, int rank,
+             int size, double timeoutS)
+      : inner_(std::move(inner)),
+        segment_(std::move(segment)),
+        rank_(rank),
+        size_(size),
+        name_(std::string(inner_->name()) + "+shm") {
+    char *base = static_cast<char *>(segment_->base());
+    slots_ = reinterpret_cast<Slot *>(base + slotsOffset());
+    areas_ = base + areasOffset(size_);
+    Slot &mine = slots_[rank_];
+    mine.pid = getpid();
+    barrierState_ = reinterpret_cast<ShmBarrierState *>(base);
+    timeoutS_ = timeoutS;
+  }
+
+  // Per rank: two eager staging halves, the window export area X and two result areas Y.
+  static size_t areaBytes() { return roundUp(2 * kEagerBytes + 3 * kWindowBytes + 3 * 64, 4096); }
+  static size_t slotsOffset() { return roundUp(sizeof(ShmBarrierState), 4096); }
+  static size_t areasOffset(int size) {
+    return roundUp(slotsOffset() + sizeof(Slot) * static_cast<size_t>(size), 4096);
+  }
+  static size_t segmentBytes(int size) {
+    return areasOffset(size) + static_cast<size_t>(size) * areaBytes();
+  }
+
+  // Collective: every rank has written its pid, so the barrier can tell a lost peer.
+  void connect(ControlPlane &control) {
+    std::vector<uint64_t> flag{1};
+    control.allreduceAnd(flag);
+    std::vector<int> pids(static_cast<size_t>(size_));
+    for (int r = 0; r < size_; ++r) pids[static_cast<size_t>(r)] = slots_[r].pid;
+    // Spinning before sleeping pays only when every rank has a core of its own.
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    barrier_ = std::make_unique<ShmBarrier>(barrierState_, rank_, std::move(pids), timeoutS_,
+                                            cores >= size_);
+  }
+
+  const char *name() const override { return name_.c_str(); }
+  // allreduceSpans takes float16/bfloat16 itself; the other reductions go to inner_.
+  bool reducesHalfNatively() const override { return inner_->reducesHalfNatively(); }
+
+  bool allreduceSpans(const std::vector<Span> &spans, DType dtype, ReduceOp op, double prescale,
+                      double postscale) override {
+    run(spans, dtype, op, prescale, postscale);
+    return true;
+  }
+
+  void allreduce(const void *in, void *out, int64_t count, DType dtype, ReduceOp op) override {
+    run({{in, out, count}}, dtype, op, 1.0, 1.0);
+  }
+
+  void broadcast(void *buf, int64_t bytes, int root) override { inner_->broadcast(buf, bytes, root); }
+  void allgatherv(const void *in, void *out, const std::vector<int64_t> &bytesPerRank) override {
+    inner_->allgatherv(in, out, bytesPerRank);
+  }
+  void alltoallv(const void *in, const std::vector<int64_t> &sendBytes, void *out,
+                 const std::vector<int64_t> &recvBytes) override {
+    inner_->alltoallv(in, sendBytes, out, recvBytes);
+  }
+  void reducescatter(const void *in, void *out, const std::vector<int64_t> &counts, DType dtype,
+                     ReduceOp op) override {
+    inner_->reducescatter(in, out, counts, dtype, op);
+  }
+
+ private:
+  struct Op {
+    DType dtype;
+    ReduceOp op;
+    double pre;
+    double post;
+    size_t esize;
+    int64_t total;
+  };
+
+  char *area(int r) const { return areas_ + static_cast<size_t>(r) * areaBytes(); }
+  char *eagerHalf(int r, uint64_t parity) const {
+    return area(r) + static_cast<size_t>(parity) * kEagerBytes;
+  }
+  char *exportArea(int r) const { return area(r) + 2 * kEagerBytes + 64; }
+  char *resultArea(int r, uint64_t parity) const {
+    return area(r) + 2 * kEagerBytes + kWindowBytes + 128 + static_cast<size_t>(parity) * (kWindowBytes + 64);
+  }
+
+  void run(const std::vector<Span> &spans, DType dtype, ReduceOp op, double pre, double post) {
+    Op o{dtype, op, pre, post, dtypeSize(dtype), 0};
+    for (const Span &s : spans) o.total += s.count;
+    if (o.total == 0) return;  // every rank agrees: the total is part of the response
+    table_.assign(spans);
+    ++seq_;
+    slots_[rank_].ops[seq_ & 1] = {seq_, o.total, static_cast<uint32_t>(dtype), static_cast<uint32_t>(op)};
+    if (o.total * static_cast<int64_t>(o.esize) <= kEagerBytes) {
+      eager(o);
+      return;
+    }
+    const int64_t unit = std::max<int64_t>(1, 64 / static_cast<int64_t>(o.esize));
+    const int64_t window = kWindowBytes / static_cast<int64_t>(o.esize) / unit * unit;
+    for (int64_t w = 0; w < o.total; w += window) {
+      windowRound(o, w, std::min(o.total, w + window), unit, w == 0);
+    }
+  }
+
+  // After the first barrier of an operation: every peer must be running the same one.
+  void checkPeers(const Op &o) {
+    for (int r = 0; r < size_; ++r) {
+      const OpDescriptor &peer = slots_[r].ops[seq_ & 1];
+      if (peer.seq != seq_ || peer.total != o.total || peer.dtype != static_cast<uint32_t>(o.dtype) ||
+          peer.op != static_cast<uint32_t>(o.op)) {
+        HORA_THROW(HORA_ERR_INTERNAL, "shared-memory allreduce out of step: rank ", rank_,
+                   " runs op ", seq_, " (", o.total, " x ", dtypeName(o.dtype), ", ",
+                   reduceOpName(o.op), "), rank ", r, " op ", peer.seq, " (", peer.total, " x ",
+                   dtypeName(static_cast<DType>(peer.dtype)), ")");
+      }
+    }
+  }
+
+  // One window [a, b) of the vector, cut into one share per rank on 64-byte multiples:
+  //   every rank copies each peer's share of its input into its export area; barrier;
+  //   rank r reduces share r (its own input and every peer's export) into its result area and
+  //   its output; barrier; every rank copies each peer's result into its output.
+  // Export and result areas stay in cache between the copies. The result areas alternate by
+  // round, so the next round's barriers are what make their reuse safe: two barriers per round.
+  void windowRound(const Op &o, int64_t a, int64_t b, int64_t unit, bool first) {
+    const int64_t units = (b - a + unit - 1) / unit;
+    auto share = [&](int r) { return std::min(b, a + units * r / size_ * unit); };
+    const uint64_t parity = round_++ & 1;
+    char *exported = exportArea(rank_);
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      table_.gatherIn(share(r), share(r + 1), o.esize,
+                      exported + static_cast<size_t>(share(r) - a) * o.esize);
+    }
+    barrier_->wait("allreduce (exchange)");
+    if (first) checkPeers(o);
+
+    const int64_t mineA = share(rank_), mineB = share(rank_ + 1), n = mineB - mineA;
+    char *result = resultArea(rank_, parity);
+    const size_t offset = static_cast<size_t>(mineA - a) * o.esize;
+    if (n > 0) {
+      if (isHalf(o.dtype)) {
+        acc_.resize(static_cast<size_t>(n));
+        table_.gatherIn(mineA, mineB, o.esize, result);  // staged, then widened in cache
+        widenToFloat(result, acc_.data(), n, o.dtype, o.pre);
+        for (int r = 0; r < size_; ++r) {
+          if (r != rank_) reduceWidenedInto(acc_.data(), exportArea(r) + offset, n, o.dtype, o.op, o.pre);
+        }
+        narrowFromFloat(acc_.data(), result, n, o.dtype, o.post);
+      } else {
+        table_.gatherIn(mineA, mineB, o.esize, result);
+        scaleInPlace(result, n, o.dtype, o.pre);
+        for (int r = 0; r < size_; ++r) {
+          if (r != rank_) reduceScaledInto(result, exportArea(r) + offset, n, o.dtype, o.op, o.pre);
+        }
+        scaleInPlace(result, n, o.dtype, o.post);
+      }
+      table_.scatterOut(mineA, mineB, o.esize, result);
+    }
+    barrier_->wait("allreduce (reduce)");
+
+    for (int step = 1; step < size_; ++step) {
+      const int r = (rank_ + step) % size_;  // staggered: ranks do not all read one owner at once
+      table_.scatterOut(share(r), share(r + 1), o.esize, resultArea(r, parity));
+    }
+  }
+
+  // Small ops: stage, one barrier, every rank reduces every slot in rank order. The staging
+  // halves alternate by eager op, so the next eager op's barrier is what makes reuse safe.
+  void eager(const Op &o) {
+    const int64_t bytes = o.total * static_cast<int64_t>(o.esize);
+    const uint64_t parity = eagerOps_++ & 1;
+    table_.gatherIn(0, o.total, o.esize, eagerHalf(rank_, parity));
+    barrier_->wait("allreduce (eager)");
+    checkPeers(o);
+    if (isHalf(o.dtype)) {
+      acc_.resize(static_cast<size_t>(o.total));
+      widenToFloat(eagerHalf(0, parity), acc_.data(), o.total, o.dtype, o.pre);
+      for (int r = 1; r < size_; ++r) {
+        reduceWidenedInto(acc_.data(), eagerHalf(r, parity), o.total, o.dtype, o.op, o.pre);
+      }
+      tmp_.resize(static_cast<size_t>(bytes));
+      narrowFromFloat(acc_.data(), tmp_.data(), o.total, o.dtype, o.post);
+    } else {
+      tmp_.resize(static_cast<size_t>(bytes));
+      std::memcpy(tmp_.data(), eagerHalf(0, parity), static_cast<size_t>(bytes));
+      scaleInPlace(tmp_.data(), o.total, o.dtype, o.pre);
+      for (int r = 1; r < size_; ++r) {
+        reduceScaledInto(tmp_.data(), eagerHalf(r, parity), o.total, o.dtype, o.op, o.pre);
+      }
+      scaleInPlace(tmp_.data(), o.total, o.dtype, o.post);
+    }
+    table_.scatterOut(0, o.total, o.esize, tmp_.data());
+  }
+
+  std::unique_ptr<Backend> inner_;
+  std::unique_ptr<ShmSegment> segment_;
+  const int rank_;
+  const int size_;
+  const std::string name_;
+  double timeoutS_ = 0;
+  ShmBarrierState *barrierState_ = nullptr;
+  Slot *slots_ = nullptr;
+  char *areas_ = nullptr;
+  std::unique_ptr<ShmBarrier> barrier_;
+  uint64_t seq_ = 0;
+  uint64_t round_ = 0;      // windows run, over all operations: picks the result area
+  uint64_t eagerOps_ = 0;   // eager operations run: picks the staging half
+  SpanTable table_;
+  std::vector<char> tmp_;   // the eager result
+  std::vector<float> acc_;  // float32 accumulator for float16/bfloat16
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> wrapWithShm(std::unique_ptr<Backend> inner, Group &group,
+                                     const Knobs &knobs, std::string *why) {
+  ControlPlane &control = group.control();
+  if (knobs.shm == "off") {
+    *why = "HORA_SHM=off";
+    return inner;
+  }
+  if (control.size() == 1) {
+    *why = "a group of one";
+    return inner;
+  }
+  if (control.size() > ShmBarrierState::kMaxRanks) {
+    *why = detail::concat("more than ", ShmBarrierState::kMaxRanks, " ranks");
+    return inner;
+  }
+  // All on one host? Rank 0 compares host names and boot ids and tells the others.
+  std::vector<std::string> hosts = control.gatherToRoot(hostIdentity());
+  std::string verdict;
+  if (control.rank() == 0) {
+    for (size_t r = 1; r < hosts.size() && verdict.empty(); ++r) {
+      if (hosts[r] != hosts[0]) {
+        verdict = detail::concat("rank ", r, " is on another host (", hosts[r].substr(0, hosts[r].find('/')),
+                                 ", rank 0 on ", hosts[0].substr(0, hosts[0].find('/')), ")");
+      }
+    }
+  }
+  control.broadcastFromRoot(verdict);
+  if (!verdict.empty()) {
+    *why = verdict;
+    return inner;
+  }
+  std::unique_ptr<ShmSegment> segment =
+      ShmSegment::create(control, ShmBackend::segmentBytes(control.size()), why);
+  if (!segment) return inner;
+  auto shm = std::make_unique<ShmBackend>(std::move(inner), std::move(segment), control.rank(),
+                                          control.size(), knobs.timeoutS);
+  shm->connect(control);
+  return shm;
+}
+
+}  // namespace hora

@@ -1,0 +1,34 @@
+// SPDX-License-Identifier: Apache-2.0
+// The intra-host data path: allreduce among the ranks of one host through a shared segment,
+// wrapped around the MPI or Gloo backend, which keeps every other collective.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "base/knobs.h"
+#include "bootstrap/bootstrap.h"
+#include "core/backend.h"
+
+namespace hora {
+
+// Collective over `group`. When every rank of the group is on this host and a shared segment can
+// be mapped, returns a backend that runs allreduce itself and forwards the rest to `inner`;
+// otherwise returns `inner` unchanged, with the reason in *why.
+//
+// Allreduce of N bytes on P ranks, reduced where the tensors lie (no packing, nothing allocated
+// per call):
+//  - small (N <= 32 KiB): every rank copies its input into its staging slot; after one barrier
+//    every rank reduces all slots itself, in rank order.
+//  - large: 1 MiB windows of the vector, each cut into P shares. Every rank copies each peer's
+//    share of its input into its export area; barrier; rank r reduces share r (its own input and
+//    the peers' exports) into its result area and its output; barrier; every rank copies the
+//    peers' results into its output. The areas are small enough to stay in cache between a
+//    write on one core and the read on another, so memory sees about one read of the input and
+//    one write of the output per rank, plus cache-to-cache traffic.
+// Waiting blocks on a futex after a short spin; a lost peer or HORA_TIMEOUT_S ends it with an
+// error naming the ranks that did not arrive.
+std::unique_ptr<Backend> wrapWithShm(std::unique_ptr<Backend> inner, Group &group,
+                                     const Knobs &knobs, std::string *why);
+
+}  // namespace hora

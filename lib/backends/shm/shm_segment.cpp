@@ -1,0 +1,175 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "backends/shm/shm_segment.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <random>
+
+#include "base/error.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define HORA_CPU_RELAX() _mm_pause()
+#elif defined(__aarch64__)
+#define HORA_CPU_RELAX() asm volatile("yield")
+#else
+#define HORA_CPU_RELAX() ((void)0)
+#endif
+
+namespace hora {
+namespace {
+
+std::string errnoText(const char *what) { return detail::concat(what, ": ", std::strerror(errno)); }
+
+void *mapSegment(int fd, size_t bytes, std::string *why) {
+  void *p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    *why = errnoText("mmap");
+    return nullptr;
+  }
+  return p;
+}
+
+// Rank 0: a fresh segment of `bytes` zeroed bytes; returns its name, or "" with *why set.
+std::string createNamed(size_t bytes, void **base, std::string *why) {
+  std::random_device entropy;
+  const std::string name = detail::concat("/hora-", getpid(), "-", entropy() & 0xffffffu);
+  const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) {
+    *why = errnoText(("shm_open " + name).c_str());
+    return "";
+  }
+  std::string result = name;
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    *why = errnoText("ftruncate");
+    result.clear();
+  } else if ((*base = mapSegment(fd, bytes, why)) == nullptr) {
+    result.clear();
+  }
+  close(fd);
+  if (result.empty()) shm_unlink(name.c_str());
+  return result;
+}
+
+long futex(std::atomic<uint32_t> *word, int op, uint32_t value, const timespec *timeout) {
+  // Shared (not FUTEX_PRIVATE) operations: the word is in memory mapped by several processes.
+  return syscall(SYS_futex, reinterpret_cast<uint32_t *>(word), op, value, timeout, nullptr, 0);
+}
+
+}  // namespace
+
+std::unique_ptr<ShmSegment> ShmSegment::create(ControlPlane &control, size_t bytes,
+                                               std::string *why) {
+  void *base = nullptr;
+  std::string name;
+  std::string failure;
+  if (control.rank() == 0) {
+    name = createNamed(bytes, &base, &failure);
+    if (name.empty()) name = "!" + failure;  // tell the others why
+  }
+  control.broadcastFromRoot(name);
+  if (control.rank() != 0) {
+    if (name.empty() || name[0] == '!') {
+      failure = name.empty() ? "rank 0 sent no segment name" : name.substr(1);
+    } else {
+      const int fd = shm_open(name.c_str(), O_RDWR, 0600);
+      if (fd < 0) {
+        failure = errnoText(("shm_open " + name).c_str());
+      } else {
+        base = mapSegment(fd, bytes, &failure);
+        close(fd);
+      }
+    }
+  }
+  std::vector<uint64_t> ok{base != nullptr ? 1u : 0u};
+  control.allreduceAnd(ok);
+  if (control.rank() == 0 && base != nullptr) shm_unlink(name.c_str());
+  if (ok[0] == 0) {
+    if (base != nullptr) munmap(base, bytes);
+    *why = failure.empty() ? "another rank could not map the shared segment" : failure;
+    return nullptr;
+  }
+  return std::unique_ptr<ShmSegment>(new ShmSegment(base, bytes));
+}
+
+ShmSegment::~ShmSegment() { munmap(base_, bytes_); }
+
+ShmBarrier::ShmBarrier(ShmBarrierState *state, int rank, std::vector<int> pids, double timeoutS,
+                       bool spin)
+    : state_(state), rank_(rank), pids_(std::move(pids)), timeoutS_(timeoutS), spin_(spin) {
+  HORA_ENFORCE(pids_.size() <= static_cast<size_t>(ShmBarrierState::kMaxRanks), pids_.size(),
+               " ranks");
+  epoch_ = state_->reached[rank_].load(std::memory_order_relaxed);
+}
+
+bool ShmBarrier::everyoneReached(uint64_t epoch) const {
+  for (size_t r = 0; r < pids_.size(); ++r) {
+    if (state_->reached[r].load(std::memory_order_acquire) < epoch) return false;
+  }
+  return true;
+}
+
+std::string ShmBarrier::missing(uint64_t epoch) const {
+  std::string ranks;
+  for (size_t r = 0; r < pids_.size(); ++r) {
+    if (state_->reached[r].load(std::memory_order_acquire) < epoch) {
+      ranks += detail::concat(ranks.empty() ? "" : ",", r);
+    }
+  }
+  return ranks;
+}
+
+void ShmBarrier::wait(const char *what) {
+  const uint64_t epoch = ++epoch_;
+  state_->reached[rank_].store(epoch, std::memory_order_release);
+  state_->wakeups.fetch_add(1);  // seq_cst: pairs with the sleeper count below
+  if (state_->sleepers.load() != 0) {
+    futex(&state_->wakeups, FUTEX_WAKE, INT32_MAX, nullptr);
+  }
+  if (everyoneReached(epoch)) return;
+
+  // A short spin catches a peer that is a few microseconds behind without a sleep and wake-up;
+  // on an oversubscribed host it only steals the peer's core, so it is skipped there.
+  if (spin_) {
+    for (int i = 0; i < 4000; ++i) {
+      HORA_CPU_RELAX();
+      if ((i & 15) == 15 && everyoneReached(epoch)) return;
+    }
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const timespec slice{0, 100 * 1000 * 1000};  // wake to look for lost peers and the deadline
+  for (;;) {
+    const uint32_t seen = state_->wakeups.load();
+    if (everyoneReached(epoch)) return;
+    state_->sleepers.fetch_add(1);
+    // Re-check after announcing ourselves: an arrival between the load and here either bumped
+    // `wakeups` (futex_wait returns at once) or saw sleepers != 0 and wakes us.
+    if (!everyoneReached(epoch)) futex(&state_->wakeups, FUTEX_WAIT, seen, &slice);
+    state_->sleepers.fetch_sub(1);
+    if (everyoneReached(epoch)) return;
+
+    for (size_t r = 0; r < pids_.size(); ++r) {
+      if (state_->reached[r].load(std::memory_order_acquire) < epoch &&
+          kill(pids_[r], 0) != 0 && errno == ESRCH) {
+        HORA_THROW(HORA_ERR_PEER_LOST, "shared-memory ", what, ": rank ", r, " (pid ", pids_[r],
+                   ") has exited; ranks ", missing(epoch), " never arrived");
+      }
+    }
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (waited > timeoutS_) {
+      HORA_THROW(HORA_ERR_TIMEOUT, "shared-memory ", what, ": rank ", rank_, " waited ", waited,
+                 " s (HORA_TIMEOUT_S) for ranks ", missing(epoch));
+    }
+  }
+}
+
+}  // namespace hora

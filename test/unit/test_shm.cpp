@@ -1,0 +1,234 @@
+// SPDX-License-Identifier: Apache-2.0
+// The intra-host path with ranks as threads of one process: its barrier (ordering, timeout, lost
+// peer) and its allreduce against results the test computes itself, with every rank describing
+// the same vector through differently cut tensors.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "backends/shm/shm_backend.h"
+#include "backends/shm/shm_segment.h"
+#include "base/error.h"
+#include "thread_group.h"
+
+namespace hora {
+namespace {
+
+using test::runRanks;
+using test::ThreadControlPlane;
+using test::ThreadGroup;
+
+class ThreadRankGroup final : public Group {
+ public:
+  ThreadRankGroup(ThreadGroup &group, int rank) : plane_(group, rank) {}
+  ControlPlane &control() override { return plane_; }
+  void poison() override {}
+
+ private:
+  ThreadControlPlane plane_;
+};
+
+// Stands in for MPI or Gloo: counts what reaches it.
+class InnerBackend final : public Backend {
+ public:
+  const char *name() const override { return "inner"; }
+  void allreduce(const void *, void *, int64_t, DType, ReduceOp) override { ++allreduces; }
+  void broadcast(void *, int64_t, int) override { ++others; }
+  void allgatherv(const void *, void *, const std::vector<int64_t> &) override { ++others; }
+  void alltoallv(const void *, const std::vector<int64_t> &, void *,
+                 const std::vector<int64_t> &) override {
+    ++others;
+  }
+  void reducescatter(const void *, void *, const std::vector<int64_t> &, DType, ReduceOp) override {
+    ++others;
+  }
+  int allreduces = 0;
+  int others = 0;
+};
+
+std::unique_ptr<Backend> makeShm(ThreadGroup &tg, int rank, const Knobs &knobs, std::string *why,
+                                 InnerBackend **inner = nullptr) {
+  ThreadRankGroup group(tg, rank);
+  auto backend = std::make_unique<InnerBackend>();
+  if (inner != nullptr) *inner = backend.get();  // owned by the wrapper from here on
+  return wrapWithShm(std::move(backend), group, knobs, why);
+}
+
+TEST(ShmBarrier, NobodyPassesBeforeEveryoneArrives) {
+  constexpr int kRanks = 4, kRounds = 3000;
+  auto state = std::make_unique<ShmBarrierState>();
+  std::vector<int> pids(kRanks, getpid());
+  std::vector<std::atomic<int>> cell(kRanks);
+  std::atomic<int> bad{0};
+  runRanks(kRanks, [&](int r) {
+    ShmBarrier barrier(state.get(), r, pids, 30.0, true);
+    for (int round = 1; round <= kRounds; ++round) {
+      cell[static_cast<size_t>(r)].store(round);
+      barrier.wait("test");
+      for (int q = 0; q < kRanks; ++q) {
+        if (cell[static_cast<size_t>(q)].load() != round) ++bad;
+      }
+      barrier.wait("test");
+    }
+  });
+  EXPECT_EQ(bad.load(), 0);
+}
+
+TEST(ShmBarrier, TimesOutNamingTheRankThatNeverCame) {
+  auto state = std::make_unique<ShmBarrierState>();
+  ShmBarrier barrier(state.get(), 0, {getpid(), getpid(), getpid()}, 0.3, false);
+  state->reached[2].store(1);  // rank 2 arrived, rank 1 never does
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    barrier.wait("allreduce (test)");
+    FAIL() << "the barrier returned without rank 1";
+  } catch (const Error &e) {
+    EXPECT_EQ(e.status(), HORA_ERR_TIMEOUT);
+    EXPECT_NE(e.message().find("for ranks 1"), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find("allreduce (test)"), std::string::npos) << e.message();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+TEST(ShmBarrier, ALostPeerIsReportedAsSuch) {
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  ASSERT_GT(child, 0);
+  ASSERT_EQ(waitpid(child, nullptr, 0), child);  // reaped: its pid now names no process
+  auto state = std::make_unique<ShmBarrierState>();
+  ShmBarrier barrier(state.get(), 0, {getpid(), child}, 60.0, false);
+  try {
+    barrier.wait("allreduce (test)");
+    FAIL() << "the barrier returned without rank 1";
+  } catch (const Error &e) {
+    EXPECT_EQ(e.status(), HORA_ERR_PEER_LOST);
+    EXPECT_NE(e.message().find("rank 1"), std::string::npos) << e.message();
+  }
+}
+
+TEST(ShmBackend, OffLeavesTheInnerBackend) {
+  ThreadGroup tg(2);
+  Knobs knobs;
+  knobs.shm = "off";
+  runRanks(2, [&](int r) {
+    std::string why;
+    std::unique_ptr<Backend> b = makeShm(tg, r, knobs, &why);
+    EXPECT_STREQ(b->name(), "inner");
+    EXPECT_EQ(why, "HORA_SHM=off");
+  });
+}
+
+// Rank r's view of one logical vector of `total` elements: cut into tensors at rank-specific
+// places (so share boundaries fall in different tensors on different ranks).
+struct RankData {
+  std::vector<std::vector<float>> in, out;
+  std::vector<Backend::Span> spans;
+};
+
+RankData cutVector(int rank, int64_t total, bool inPlace, const std::vector<float> &values) {
+  RankData d;
+  std::mt19937 gen(static_cast<unsigned>(rank * 7 + 1));
+  int64_t at = 0;
+  while (at < total) {
+    const int64_t n = std::min<int64_t>(total - at, 1 + static_cast<int64_t>(gen() % 50000));
+    d.in.emplace_back(values.begin() + at, values.begin() + at + n);
+    d.out.emplace_back(inPlace ? 0 : n, -1.0f);
+    at += n;
+  }
+  for (size_t i = 0; i < d.in.size(); ++i) {
+    d.spans.push_back({d.in[i].data(), inPlace ? d.in[i].data() : d.out[i].data(),
+                       static_cast<int64_t>(d.in[i].size())});
+  }
+  return d;
+}
+
+class ShmAllreduce : public ::testing::TestWithParam<std::tuple<int, int64_t>> {};
+
+TEST_P(ShmAllreduce, SumAndMaxWithScalingMatchAnIndependentSum) {
+  const int ranks = std::get<0>(GetParam());
+  const int64_t total = std::get<1>(GetParam());
+  ThreadGroup tg(ranks);
+  std::atomic<int> wrong{0};
+  runRanks(ranks, [&](int r) {
+    std::string why;
+    std::unique_ptr<Backend> b = makeShm(tg, r, Knobs{}, &why);
+    ASSERT_STREQ(b->name(), "inner+shm") << why;
+    auto value = [](int q, int64_t j) { return static_cast<float>((j * 13 + q * 5) % 97 - 40); };
+    for (bool inPlace : {false, true}) {
+      std::vector<float> mine(static_cast<size_t>(total));
+      for (int64_t j = 0; j < total; ++j) mine[static_cast<size_t>(j)] = value(r, j);
+      RankData d = cutVector(r, total, inPlace, mine);
+      // Sum with prescale 2 and postscale 0.25: exact in float32 for these small integers.
+      ASSERT_TRUE(b->allreduceSpans(d.spans, DType::kFloat32, ReduceOp::kSum, 2.0, 0.25));
+      int64_t j = 0;
+      for (const Backend::Span &s : d.spans) {
+        const float *o = static_cast<const float *>(s.out);
+        for (int64_t i = 0; i < s.count; ++i, ++j) {
+          double expect = 0;
+          for (int q = 0; q < ranks; ++q) expect += 2.0 * value(q, j);
+          if (o[i] != static_cast<float>(expect * 0.25)) ++wrong;
+        }
+      }
+      d = cutVector(r, total, inPlace, mine);
+      ASSERT_TRUE(b->allreduceSpans(d.spans, DType::kFloat32, ReduceOp::kMax, 1.0, 1.0));
+      j = 0;
+      for (const Backend::Span &s : d.spans) {
+        const float *o = static_cast<const float *>(s.out);
+        for (int64_t i = 0; i < s.count; ++i, ++j) {
+          float expect = value(0, j);
+          for (int q = 1; q < ranks; ++q) expect = std::max(expect, value(q, j));
+          if (o[i] != expect) ++wrong;
+        }
+      }
+    }
+  });
+  EXPECT_EQ(wrong.load(), 0);
+}
+
+std::string shmName(const ::testing::TestParamInfo<std::tuple<int, int64_t>> &info) {
+  return "ranks" + std::to_string(std::get<0>(info.param)) + "_n" +
+         std::to_string(std::get<1>(info.param));
+}
+
+// 5 and 8000 elements go through the eager staging; 8200 is one window; 300001 is several.
+INSTANTIATE_TEST_SUITE_P(Sizes, ShmAllreduce,
+                         ::testing::Combine(::testing::Values(2, 3),
+                                            ::testing::Values<int64_t>(5, 8000, 8200, 300001)),
+                         shmName);
+
+TEST(ShmBackend, OnlyAllreduceStaysOnTheSharedMemoryPath) {
+  ThreadGroup tg(2);
+  runRanks(2, [&](int r) {
+    std::string why;
+    InnerBackend *inner = nullptr;
+    std::unique_ptr<Backend> b = makeShm(tg, r, Knobs{}, &why, &inner);
+    char buf[8] = {};
+    b->broadcast(buf, 8, 0);
+    b->allgatherv(buf, buf, {4, 4});
+    float x = static_cast<float>(r + 1);
+    b->allreduce(&x, &x, 1, DType::kFloat32, ReduceOp::kSum);
+    EXPECT_EQ(x, 3.0f);
+    EXPECT_EQ(inner->others, 2);
+    EXPECT_EQ(inner->allreduces, 0);
+    // Thousands of one-element tensors in one operation.
+    std::vector<float> many(5000);
+    std::vector<Backend::Span> spans;
+    for (size_t i = 0; i < many.size(); ++i) {
+      many[i] = static_cast<float>(i + r);
+      spans.push_back({&many[i], &many[i], 1});
+    }
+    EXPECT_TRUE(b->allreduceSpans(spans, DType::kFloat32, ReduceOp::kSum, 1.0, 1.0));
+    for (size_t i = 0; i < many.size(); ++i) ASSERT_EQ(many[i], static_cast<float>(2 * i + 1)) << i;
+  });
+}
+
+}  // namespace
+}  // namespace hora
