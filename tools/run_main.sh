@@ -33,7 +33,7 @@ if [ -x "$builddir/bench/hora-bench" ]; then
   # -w/-n small: a 256 MiB raw MPI_Allreduce takes about a second here. -w >= -n: the warm-up
   # primes every name the timed ops use.
   mpirun "${HORA_MPIRUN_ARGS[@]}" -np 2 "$builddir/bench/hora-bench" \
-    -b 4K -e 256M -f 4 -w 2 -n 2 -d float -o sum --plot "$builddir/bench/allreduce.png"
+    -b 4K -e 256M -f 4 -w 5 -n 5 -d float -o sum --plot "$builddir/bench/allreduce.png"
   echo
   echo "== hora-grads: gradient steps of ResNet-50 and ViT-B/16 (3 timed per variant), 2 ranks"
   # Few steps: ViT-B/16's 346 MB through one raw MPI_Allreduce takes a second or two here.
