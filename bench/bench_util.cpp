@@ -22,6 +22,23 @@ const char *gProgram = "hora-bench";
 }  // namespace
 
 void setProgramName(const char *name) { gProgram = name; }
+
+int runUnderMpi(int argc, char **argv, const char *program,
+                int (*run)(int argc, char **argv, int rank, int size)) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  int rank = 0, n = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  setProgramName(program);
+  if (provided < MPI_THREAD_MULTIPLE && rank == 0) {
+    std::fprintf(stderr, "%s: warning: MPI gives thread level %d, not MULTIPLE\n", program,
+                 provided);
+  }
+  const int status = run(argc, argv, rank, n);
+  MPI_Finalize();
+  return status;
+}
 const char *programName() { return gProgram; }
 
 void failHora(const char *what, hora_status_t status) {

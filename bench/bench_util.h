@@ -21,6 +21,12 @@ namespace hora::bench {
 void setProgramName(const char *name);
 const char *programName();
 
+// main() of both benchmarks: MPI first, with full thread support (hora's engine thread then
+// shares this MPI and leaves finalizing it to us, which also lets hora_init run again after
+// hora_shutdown), then run(argc, argv, rank, size), then MPI_Finalize. Returns run's status.
+int runUnderMpi(int argc, char **argv, const char *program,
+                int (*run)(int argc, char **argv, int rank, int size));
+
 // Prints "<program>: <what>: <status class>: <hora_last_error()>" and aborts every rank.
 [[noreturn]] void failHora(const char *what, hora_status_t status);
 inline void checkHora(hora_status_t status, const char *what) {

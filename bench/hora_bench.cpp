@@ -1042,18 +1042,5 @@ int run(int argc, char **argv, int rank, int n) {
 }  // namespace hora::bench
 
 int main(int argc, char **argv) {
-  // MPI first, with full thread support: hora's engine thread then shares this MPI, and hora
-  // leaves finalizing it to us.
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  int rank = 0, n = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  hora::bench::setProgramName("hora-bench");
-  if (provided < MPI_THREAD_MULTIPLE && rank == 0)
-    std::fprintf(stderr, "hora-bench: warning: MPI gives thread level %d, not MULTIPLE\n",
-                 provided);
-  const int status = hora::bench::run(argc, argv, rank, n);
-  MPI_Finalize();
-  return status;
+  return hora::bench::runUnderMpi(argc, argv, "hora-bench", hora::bench::run);
 }

@@ -526,15 +526,5 @@ int run(int argc, char **argv, int rank, int n) {
 }  // namespace hora::bench
 
 int main(int argc, char **argv) {
-  // MPI first, with full thread support: hora's engine thread then shares this MPI, and hora
-  // leaves finalizing it to us (which also lets hora_init run again after hora_shutdown).
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  int rank = 0, n = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  hora::bench::setProgramName("hora-grads");
-  const int status = hora::bench::run(argc, argv, rank, n);
-  MPI_Finalize();
-  return status;
+  return hora::bench::runUnderMpi(argc, argv, "hora-grads", hora::bench::run);
 }
