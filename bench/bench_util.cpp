@@ -23,6 +23,16 @@ const char *gProgram = "hora-bench";
 
 void setProgramName(const char *name) { gProgram = name; }
 
+bool usageErrorAnywhere(const std::string &error, int rank) {
+  int bad = !error.empty();
+  MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (bad && rank == 0) {
+    std::fprintf(stderr, "%s: %s\n", programName(), error.c_str());
+    std::fprintf(stderr, "%s: run with --help for the options\n", programName());
+  }
+  return bad != 0;
+}
+
 int runUnderMpi(int argc, char **argv, const char *program,
                 int (*run)(int argc, char **argv, int rank, int size)) {
   int provided = 0;

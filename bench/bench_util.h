@@ -59,6 +59,9 @@ ParseResult parseCommandLine(int argc, char **argv, const std::vector<OptionSpec
 // "" when FILE's directory exists and takes new files, else why not: checked before a long run
 // rather than after it.
 std::string unwritable(const std::string &file);
+// Collective: true on every rank when any rank's `error` is set; rank 0 prints its own with a
+// pointer to --help.
+bool usageErrorAnywhere(const std::string &error, int rank);
 
 // ---- element types -----------------------------------------------------------------------------
 

@@ -856,15 +856,7 @@ int run(int argc, char **argv, int rank, int n) {
         error = "--plot needs gnuplot, which is not in PATH (Debian: apt-get install gnuplot-nox)";
     }
   }
-  int bad = !error.empty();
-  MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (bad) {
-    if (rank == 0) {
-      std::fprintf(stderr, "%s: %s\n", programName(), error.c_str());
-      std::fprintf(stderr, "%s: run with --help for the options\n", programName());
-    }
-    return 1;
-  }
+  if (usageErrorAnywhere(error, rank)) return 1;
 
   checkHora(hora_init(), "hora_init");
   if (hora_size() != n) failHere("hora sees " + std::to_string(hora_size()) + " ranks, MPI " +

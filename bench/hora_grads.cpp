@@ -405,15 +405,7 @@ int run(int argc, char **argv, int rank, int n) {
     }
   }
   if (error.empty() && rank == 0 && !opt.json.empty()) error = unwritable(opt.json);
-  int bad = !error.empty();
-  MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (bad) {
-    if (rank == 0) {
-      std::fprintf(stderr, "%s: %s\n", programName(), error.c_str());
-      std::fprintf(stderr, "%s: run with --help for the options\n", programName());
-    }
-    return 1;
-  }
+  if (usageErrorAnywhere(error, rank)) return 1;
 
   // "fusion on" is hora as launched.
   const char *env = std::getenv(kFusionKnob);

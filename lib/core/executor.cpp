@@ -27,16 +27,15 @@ void Executor::allreduce(const std::vector<Request *> &requests, const Response 
   const double post = postscaleFor(response);
 
   std::vector<TensorArg> tensors;
+  std::vector<Backend::Span> spans;
   int64_t total = 0;
   for (Request *r : requests) {
     for (const TensorArg &t : r->tensors()) {
       tensors.push_back(t);
+      spans.push_back({t.in, t.out, t.numel});
       total += t.numel;
     }
   }
-  std::vector<Backend::Span> spans;
-  spans.reserve(tensors.size());
-  for (const TensorArg &t : tensors) spans.push_back({t.in, t.out, t.numel});
   if (backend_.allreduceSpans(spans, dtype, wireOp, pre, post)) return;
 
   const bool widen = isHalf(dtype) && !backend_.reducesHalfNatively();

@@ -58,7 +58,6 @@ class SpanTable {
     start_[0] = 0;
     for (size_t i = 0; i < spans.size(); ++i) start_[i + 1] = start_[i] + spans[i].count;
   }
-  int64_t total() const { return start_.empty() ? 0 : start_.back(); }
 
   // Calls fn(in, out, offsetInRange, count) for each piece of [a, b), in order.
   template <typename Fn>
@@ -98,6 +97,7 @@ class ShmBackend final : public Backend {
         segment_(std::move(segment)),
         rank_(rank),
         size_(size),
+        timeoutS_(timeoutS),
         name_(std::string(inner_->name()) + "+shm") {
     char *base = static_cast<char *>(segment_->base());
     slots_ = reinterpret_cast<Slot *>(base + slotsOffset());
@@ -105,11 +105,12 @@ class ShmBackend final : public Backend {
     Slot &mine = slots_[rank_];
     mine.pid = getpid();
     barrierState_ = reinterpret_cast<ShmBarrierState *>(base);
-    timeoutS_ = timeoutS;
   }
 
-  // Per rank: two eager staging halves, the window export area X and two result areas Y.
-  static size_t areaBytes() { return roundUp(2 * kEagerBytes + 3 * kWindowBytes + 3 * 64, 4096); }
+  // Per rank, in this order: two eager staging halves, the window export area, two result areas.
+  static constexpr size_t kExportAt = 2 * kEagerBytes;
+  static constexpr size_t kResultAt = kExportAt + kWindowBytes;
+  static size_t areaBytes() { return roundUp(kResultAt + 2 * kWindowBytes, 4096); }
   static size_t slotsOffset() { return roundUp(sizeof(ShmBarrierState), 4096); }
   static size_t areasOffset(int size) {
     return roundUp(slotsOffset() + sizeof(Slot) * static_cast<size_t>(size), 4096);
@@ -171,9 +172,9 @@ class ShmBackend final : public Backend {
   char *eagerHalf(int r, uint64_t parity) const {
     return area(r) + static_cast<size_t>(parity) * kEagerBytes;
   }
-  char *exportArea(int r) const { return area(r) + 2 * kEagerBytes + 64; }
+  char *exportArea(int r) const { return area(r) + kExportAt; }
   char *resultArea(int r, uint64_t parity) const {
-    return area(r) + 2 * kEagerBytes + kWindowBytes + 128 + static_cast<size_t>(parity) * (kWindowBytes + 64);
+    return area(r) + kResultAt + static_cast<size_t>(parity) * kWindowBytes;
   }
 
   void run(const std::vector<Span> &spans, DType dtype, ReduceOp op, double pre, double post) {
@@ -289,8 +290,8 @@ class ShmBackend final : public Backend {
   std::unique_ptr<ShmSegment> segment_;
   const int rank_;
   const int size_;
+  const double timeoutS_;
   const std::string name_;
-  double timeoutS_ = 0;
   ShmBarrierState *barrierState_ = nullptr;
   Slot *slots_ = nullptr;
   char *areas_ = nullptr;
