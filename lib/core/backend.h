@@ -41,6 +41,14 @@ class Backend {
     (void)spans, (void)dtype, (void)op, (void)prescale, (void)postscale;
     return false;
   }
+  // Negotiation's one collective per cycle, when this backend has a faster channel for it than
+  // the group's control plane: bitwise AND of `words` across ranks, in place. Returns false,
+  // touching nothing, when it has none; like allreduceSpans the answer may depend only on what
+  // every rank agrees on (the length).
+  virtual bool allreduceAnd(std::vector<uint64_t> &words) {
+    (void)words;
+    return false;
+  }
   // root's bytes replace everyone else's.
   virtual void broadcast(void *buf, int64_t bytes, int root) = 0;
   // out = concatenation over ranks of each rank's in; bytesPerRank[r] is rank r's length.

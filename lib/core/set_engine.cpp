@@ -11,6 +11,30 @@
 #include "core/fusion_planner.h"
 
 namespace hora {
+namespace {
+
+// The group's control plane, except that the per-cycle AND goes through the backend when it has a
+// faster channel for it (backends/shm on one host). Every rank makes the same choice: it depends
+// only on the vector's length.
+class NegotiationPlane final : public ControlPlane {
+ public:
+  NegotiationPlane(ControlPlane &group, Backend &backend) : group_(group), backend_(backend) {}
+  int rank() const override { return group_.rank(); }
+  int size() const override { return group_.size(); }
+  void allreduceAnd(std::vector<uint64_t> &words) override {
+    if (!backend_.allreduceAnd(words)) group_.allreduceAnd(words);
+  }
+  std::vector<std::string> gatherToRoot(const std::string &blob) override {
+    return group_.gatherToRoot(blob);
+  }
+  void broadcastFromRoot(std::string &blob) override { group_.broadcastFromRoot(blob); }
+
+ private:
+  ControlPlane &group_;
+  Backend &backend_;
+};
+
+}  // namespace
 
 std::shared_ptr<SetEngine> SetEngine::start(int32_t id, const Knobs &knobs,
                                             std::function<Parts()> setup, SetOpHandler *handler) {
@@ -60,8 +84,8 @@ void SetEngine::threadMain(const std::function<Parts()> &setup, std::promise<Sta
     rank_ = parts_.group->rank();
     size_ = parts_.group->size();
     backendName_ = parts_.backend->name();
-    controller_ = std::make_unique<Controller>(parts_.group->control(),
-                                               static_cast<int>(knobs_.cacheCapacity));
+    negotiation_ = std::make_unique<NegotiationPlane>(parts_.group->control(), *parts_.backend);
+    controller_ = std::make_unique<Controller>(*negotiation_, static_cast<int>(knobs_.cacheCapacity));
     executor_ = std::make_unique<Executor>(*parts_.backend, size_, rank_);
   } catch (const Error &e) {
     started->set_value(e.toStatus());

@@ -86,6 +86,7 @@ class SetEngine {
 
   // Owned by the set's thread: created, used and destroyed there.
   Parts parts_;
+  std::unique_ptr<ControlPlane> negotiation_;  // the group's plane, AND through the backend if it can
   std::unique_ptr<Controller> controller_;
   std::unique_ptr<Executor> executor_;
   PendingMap pending_;

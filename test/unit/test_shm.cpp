@@ -204,6 +204,29 @@ INSTANTIATE_TEST_SUITE_P(Sizes, ShmAllreduce,
                                             ::testing::Values<int64_t>(5, 8000, 8200, 300001)),
                          shmName);
 
+TEST(ShmBackend, NegotiationAndMatchesABitwiseAndOfEveryRank) {
+  constexpr int kRanks = 3;
+  ThreadGroup tg(kRanks);
+  runRanks(kRanks, [&](int r) {
+    std::string why;
+    std::unique_ptr<Backend> b = makeShm(tg, r, Knobs{}, &why);
+    for (uint64_t round = 0; round < 200; ++round) {
+      // Rank r clears bit (round + r) % 64 of word 0 and every bit of word 1 but its own.
+      std::vector<uint64_t> words{~(uint64_t{1} << ((round + r) % 64)), uint64_t{1} << r | 8, ~uint64_t{0}};
+      ASSERT_TRUE(b->allreduceAnd(words));
+      uint64_t expect0 = ~uint64_t{0};
+      for (int q = 0; q < kRanks; ++q) expect0 &= ~(uint64_t{1} << ((round + q) % 64));
+      ASSERT_EQ(words[0], expect0) << "round " << round;
+      ASSERT_EQ(words[1], uint64_t{8});
+      ASSERT_EQ(words[2], ~uint64_t{0});
+    }
+    // Longer than the segment's vector halves: declined, so the group's plane does it.
+    std::vector<uint64_t> huge(100000, 5);
+    EXPECT_FALSE(b->allreduceAnd(huge));
+    EXPECT_EQ(huge[0], 5u);
+  });
+}
+
 TEST(ShmBackend, OnlyAllreduceStaysOnTheSharedMemoryPath) {
   ThreadGroup tg(2);
   runRanks(2, [&](int r) {

@@ -17,6 +17,7 @@ namespace {
 
 constexpr int64_t kEagerBytes = 32 << 10;    // largest op that goes through the staging slots
 constexpr int64_t kWindowBytes = 1 << 20;    // bytes of the vector reduced per round: stays in cache
+constexpr int64_t kAndBytes = 64 << 10;      // largest negotiation bit vector taken here
 
 // One per rank, written only by its rank: who it is and the operation it is running, which peers
 // check after the first barrier of each operation. A peer can be at most one operation ahead
@@ -107,10 +108,12 @@ class ShmBackend final : public Backend {
     barrierState_ = reinterpret_cast<ShmBarrierState *>(base);
   }
 
-  // Per rank, in this order: two eager staging halves, the window export area, two result areas.
+  // Per rank, in this order: two eager staging halves, the window export area, two result areas,
+  // two negotiation bit vectors.
   static constexpr size_t kExportAt = 2 * kEagerBytes;
   static constexpr size_t kResultAt = kExportAt + kWindowBytes;
-  static size_t areaBytes() { return roundUp(kResultAt + 2 * kWindowBytes, 4096); }
+  static constexpr size_t kAndAt = kResultAt + 2 * kWindowBytes;
+  static size_t areaBytes() { return roundUp(kAndAt + 2 * kAndBytes, 4096); }
   static size_t slotsOffset() { return roundUp(sizeof(ShmBarrierState), 4096); }
   static size_t areasOffset(int size) {
     return roundUp(slotsOffset() + sizeof(Slot) * static_cast<size_t>(size), 4096);
@@ -138,6 +141,26 @@ class ShmBackend final : public Backend {
   bool allreduceSpans(const std::vector<Span> &spans, DType dtype, ReduceOp op, double prescale,
                       double postscale) override {
     run(spans, dtype, op, prescale, postscale);
+    return true;
+  }
+
+  // The engine's negotiation AND through the segment: a sleeping peer is woken by the futex the
+  // moment the last rank arrives, where polling a non-blocking MPI collective sleeps in growing
+  // slices. Halves alternate by call, so the next call's barrier makes reuse safe.
+  bool allreduceAnd(std::vector<uint64_t> &words) override {
+    const size_t bytes = words.size() * sizeof(uint64_t);
+    if (bytes > static_cast<size_t>(kAndBytes)) return false;
+    const uint64_t parity = andOps_++ & 1;
+    auto vector = [&](int r) {
+      return reinterpret_cast<const uint64_t *>(area(r) + kAndAt + static_cast<size_t>(parity) * kAndBytes);
+    };
+    std::memcpy(const_cast<uint64_t *>(vector(rank_)), words.data(), bytes);
+    barrier_->wait("negotiation");
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      const uint64_t *theirs = vector(r);
+      for (size_t i = 0; i < words.size(); ++i) words[i] &= theirs[i];
+    }
     return true;
   }
 
@@ -299,6 +322,7 @@ class ShmBackend final : public Backend {
   uint64_t seq_ = 0;
   uint64_t round_ = 0;      // windows run, over all operations: picks the result area
   uint64_t eagerOps_ = 0;   // eager operations run: picks the staging half
+  uint64_t andOps_ = 0;     // negotiation ANDs run: picks the bit-vector half
   SpanTable table_;
   std::vector<char> tmp_;   // the eager result
   std::vector<float> acc_;  // float32 accumulator for float16/bfloat16
