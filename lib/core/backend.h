@@ -2,6 +2,7 @@
 // The data plane behind one small interface: what the engine asks of MPI, Gloo or NCCL.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <vector>
 
@@ -9,6 +10,22 @@
 #include "core/kernels.h"
 
 namespace hora {
+
+// Wakes an engine that sleeps between cycles because its peers have not yet submitted what it
+// waits for: its own threads ring when they queue work, and a peer's engine rings the moment it
+// starts the next cycle, so neither waits out a back-off timer. Backends whose ranks share memory
+// provide one; without it the engine backs off on a timer alone.
+class PeerBell {
+ public:
+  virtual ~PeerBell() = default;
+  // Engine thread: announce a sleep. False when a peer has already started the next cycle (then
+  // do not sleep); otherwise *ticket is what sleep() compares against.
+  virtual bool arm(uint32_t *ticket) = 0;
+  // Engine thread, after a true arm(): sleep until rung or for `limit` (may be zero); disarms.
+  virtual void sleep(uint32_t ticket, std::chrono::nanoseconds limit) = 0;
+  // Any thread of this rank: wake this rank's armed engine.
+  virtual void ring() = 0;
+};
 
 // One backend instance serves one process set. Every call is collective over the set and is made
 // by the engine thread only, after negotiation has established that every rank makes the same
@@ -49,6 +66,9 @@ class Backend {
     (void)words;
     return false;
   }
+  // The bell for this rank's engine, or nullptr (the engine then backs off on a timer). Owned by
+  // the backend and valid while it lives.
+  virtual PeerBell *peerBell() { return nullptr; }
   // root's bytes replace everyone else's.
   virtual void broadcast(void *buf, int64_t bytes, int root) = 0;
   // out = concatenation over ranks of each rank's in; bytesPerRank[r] is rank r's length.

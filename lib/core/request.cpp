@@ -65,14 +65,18 @@ void *Request::allocateOutput(const Shape &shape) {
 }
 
 void Request::complete(Status status) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (done_) return;
-    done_ = true;
-    status_ = std::move(status);
-  }
-  cv_.notify_all();
+  if (settle(std::move(status))) wake();
 }
+
+bool Request::settle(Status status) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (done_) return false;
+  done_ = true;
+  status_ = std::move(status);
+  return true;
+}
+
+void Request::wake() const { cv_.notify_all(); }
 
 bool Request::done() const {
   std::lock_guard<std::mutex> lock(mutex_);

@@ -51,6 +51,11 @@ class Request {
 
   // Completion: first call wins; wakes every waiter.
   void complete(Status status);
+  // complete() in two steps, for a batch: settle every request, then wake each. A waiter woken
+  // by the first finds the rest settled and does not sleep again, instead of being woken once
+  // per request while the engine is still completing them. settle() is false if already done.
+  bool settle(Status status);
+  void wake() const;
   bool done() const;
   Status wait() const;  // blocks until complete
   Status status() const;

@@ -87,6 +87,7 @@ void SetEngine::threadMain(const std::function<Parts()> &setup, std::promise<Sta
     negotiation_ = std::make_unique<NegotiationPlane>(parts_.group->control(), *parts_.backend);
     controller_ = std::make_unique<Controller>(*negotiation_, static_cast<int>(knobs_.cacheCapacity));
     executor_ = std::make_unique<Executor>(*parts_.backend, size_, rank_);
+    queue_.setBell(parts_.backend->peerBell());  // before `started`: nobody pushes yet
   } catch (const Error &e) {
     started->set_value(e.toStatus());
     exited_.set_value();
@@ -111,6 +112,7 @@ void SetEngine::threadMain(const std::function<Parts()> &setup, std::promise<Sta
     stop(Status{HORA_ERR_INTERNAL, e.what()});
   }
   // Teardown in the thread that used them.
+  queue_.setBell(nullptr);
   executor_.reset();
   controller_.reset();
   parts_.backend.reset();
@@ -122,7 +124,11 @@ void SetEngine::loop() {
   using Clock = std::chrono::steady_clock;
   const auto batchWindow = std::chrono::nanoseconds(static_cast<int64_t>(knobs_.cycleTimeMs * 1e6));
   // While this rank has requests that other ranks have not submitted yet, cycles make no
-  // progress; back off (up to 1 ms) so waiting costs no CPU, and wake at once on new work.
+  // progress; back off (up to 1 ms) so waiting costs no CPU, and wake at once on new work. With
+  // a bell a peer's next cycle wakes this engine too, so it sleeps the whole back-off at once;
+  // without one it starts at 10 us, as a peer may be about to submit.
+  const bool bell = parts_.backend->peerBell() != nullptr;
+  const std::chrono::microseconds kMaxBackoff{1000};
   std::chrono::microseconds idleBackoff{0};
   for (;;) {
     const bool busy = !pending_.empty();
@@ -144,8 +150,8 @@ void SetEngine::loop() {
     if (!outcome.responses.empty() || !fresh.empty()) {
       idleBackoff = std::chrono::microseconds{0};
     } else {
-      idleBackoff = std::min(std::chrono::microseconds{1000},
-                             std::max(std::chrono::microseconds{10}, idleBackoff * 2));
+      idleBackoff = bell ? kMaxBackoff
+                         : std::min(kMaxBackoff, std::max(std::chrono::microseconds{10}, idleBackoff * 2));
     }
   }
 }
@@ -193,17 +199,21 @@ void SetEngine::execute(const std::vector<Response> &responses) {
         status = e.toStatus();
       }
     }
-    for (size_t m : group.members) finish(responses[m].agreed.name, status);
+    std::vector<RequestPtr> settled;
+    for (size_t m : group.members) {
+      if (RequestPtr r = finish(responses[m].agreed.name, status)) settled.push_back(std::move(r));
+    }
+    for (const RequestPtr &r : settled) r->wake();
   }
 }
 
-void SetEngine::finish(const std::string &name, const Status &status) {
+RequestPtr SetEngine::finish(const std::string &name, const Status &status) {
   auto it = pending_.find(name);
-  if (it == pending_.end()) return;  // a stand-in
+  if (it == pending_.end()) return nullptr;  // a stand-in
   RequestPtr request = std::move(it->second);
   pending_.erase(it);
   queue_.release(request->processSet(), name);
-  request->complete(status);
+  return request->settle(status) ? request : nullptr;
 }
 
 void SetEngine::stop(const Status &why) {

@@ -69,7 +69,8 @@ class SetEngine {
   void threadMain(const std::function<Parts()> &setup, std::promise<Status> *started);
   void loop();
   void execute(const std::vector<Response> &responses);
-  void finish(const std::string &name, const Status &status);
+  // Settles the pending request of that name (none for a stand-in) and returns it, to be woken.
+  RequestPtr finish(const std::string &name, const Status &status);
   void stop(const Status &why);
 
   const int32_t id_;

@@ -1,10 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-// TensorQueue: condition-variable hand-off; the engine sleeps when there is nothing to do.
+// TensorQueue: condition-variable hand-off; the engine sleeps when there is nothing to do, on the
+// backend's bell when it waits for peers.
 #include "core/tensor_queue.h"
+
+#include <algorithm>
 
 namespace hora {
 
 void TensorQueue::push(RequestPtr request) {
+  bool onBell = false, first = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (closed_) throw Error(closedStatus_.code, closedStatus_.message, __FILE__, __LINE__);
@@ -14,10 +18,15 @@ void TensorQueue::push(RequestPtr request) {
                  "': a request of that name is already in flight on this rank (process set ",
                  request->processSet(), "); wait for it before submitting the name again");
     }
-    if (queue_.empty()) firstArrival_ = std::chrono::steady_clock::now();
+    first = queue_.empty();
+    if (first) firstArrival_ = std::chrono::steady_clock::now();
     queue_.push_back(std::move(request));
+    onBell = onBell_;
   }
-  cv_.notify_one();
+  // Only the first request wakes the engine: behind it, the engine waits out the batch window
+  // for flush or shutdown alone, and a wake-up per request would cost a context switch each.
+  if (first) cv_.notify_one();
+  if (onBell) bell_->ring();
 }
 
 void TensorQueue::requestFlush() {
@@ -29,11 +38,14 @@ void TensorQueue::requestFlush() {
 }
 
 void TensorQueue::requestShutdown() {
+  bool onBell = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     shutdown_ = true;
+    onBell = onBell_;
   }
   cv_.notify_one();
+  if (onBell) bell_->ring();
 }
 
 bool TensorQueue::shutdownRequested() const {
@@ -46,7 +58,18 @@ std::vector<RequestPtr> TensorQueue::waitAndPop(bool busy,
                                                 std::chrono::nanoseconds batchWindow) {
   std::unique_lock<std::mutex> lock(mutex_);
   auto wake = [this] { return !queue_.empty() || shutdown_; };
-  if (busy) {
+  if (busy && bell_ != nullptr) {
+    // onBell_ is set under the lock, so a push either came before (wake() sees it) or rings.
+    uint32_t ticket = 0;
+    if (!wake() && bell_->arm(&ticket)) {
+      onBell_ = true;
+      lock.unlock();
+      bell_->sleep(ticket, std::max<std::chrono::nanoseconds>(
+                               std::chrono::nanoseconds{0}, busyDeadline - std::chrono::steady_clock::now()));
+      lock.lock();
+      onBell_ = false;
+    }
+  } else if (busy) {
     cv_.wait_until(lock, busyDeadline, wake);
   } else {
     cv_.wait(lock, wake);

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/backend.h"
 #include "core/request.h"
 
 namespace hora {
@@ -26,8 +27,13 @@ class TensorQueue {
   // Any thread: asks the engine to shut down.
   void requestShutdown();
 
+  // Engine thread, before any other thread pushes (or nullptr, before the bell goes away): with a
+  // bell, the busy wait below sleeps on it, so a peer starting a cycle wakes it too.
+  void setBell(PeerBell *bell) { bell_ = bell; }
+
   // Engine thread. Blocks until a request is queued or shutdown is requested; with `busy` set
-  // (the engine has requests under negotiation) waits at most until `busyDeadline`. Once a first
+  // (the engine has requests under negotiation) waits at most until `busyDeadline`, or until
+  // the bell rings. Once a first
   // request is queued, waits until `batchWindow` after it arrived for more, unless flushed.
   // Returns the queued requests (possibly none).
   std::vector<RequestPtr> waitAndPop(bool busy, std::chrono::steady_clock::time_point busyDeadline,
@@ -41,8 +47,9 @@ class TensorQueue {
   std::vector<RequestPtr> close(Status status);
 
  private:
+  PeerBell *bell_ = nullptr;
   // This mutex protects: queue_, inFlight_, flush_, shutdown_, closed_, closedStatus_,
-  // firstArrival_.
+  // firstArrival_, onBell_ (the engine sleeps on the bell: wake it there).
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<RequestPtr> queue_;
@@ -52,6 +59,7 @@ class TensorQueue {
   bool closed_ = false;
   Status closedStatus_;
   std::chrono::steady_clock::time_point firstArrival_;
+  bool onBell_ = false;
 };
 
 }  // namespace hora

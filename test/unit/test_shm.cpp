@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The intra-host path with ranks as threads of one process: its barrier (ordering, timeout, lost
-// peer) and its allreduce against results the test computes itself, with every rank describing
-// the same vector through differently cut tensors.
+// peer), the bell that wakes an idle engine, and its allreduce against results the test
+// computes itself, with every rank describing the same vector through differently cut tensors.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,6 +12,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "backends/shm/shm_backend.h"
@@ -112,6 +113,67 @@ TEST(ShmBarrier, ALostPeerIsReportedAsSuch) {
     EXPECT_EQ(e.status(), HORA_ERR_PEER_LOST);
     EXPECT_NE(e.message().find("rank 1"), std::string::npos) << e.message();
   }
+}
+
+// The engine's sleep between cycles: a peer starting the next cycle wakes it long before its
+// limit, and so does its own rank; a peer already ahead means no sleep at all.
+TEST(ShmBell, APeerArrivingAtTheNextBarrierWakesTheSleeper) {
+  auto state = std::make_unique<ShmBarrierState>();
+  const std::vector<int> pids{getpid(), getpid()};
+  std::atomic<bool> armed{false};
+  std::chrono::steady_clock::duration slept{};
+  runRanks(2, [&](int r) {
+    ShmBarrier barrier(state.get(), r, pids, 60.0, false);
+    if (r == 0) {
+      ShmBell bell(state.get(), 0, 2);
+      uint32_t ticket = 0;
+      ASSERT_TRUE(bell.arm(&ticket));
+      armed = true;
+      const auto start = std::chrono::steady_clock::now();
+      bell.sleep(ticket, std::chrono::seconds(10));
+      slept = std::chrono::steady_clock::now() - start;
+    } else {
+      while (!armed) std::this_thread::yield();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // rank 0 is inside its sleep
+    }
+    barrier.wait("negotiation (test)");
+  });
+  EXPECT_LT(slept, std::chrono::seconds(5)) << "slept out its limit: the arrival did not ring";
+  EXPECT_EQ(state->bellArmed[0].load(), 0u);
+}
+
+TEST(ShmBell, ItsOwnRankRingsIt) {
+  auto state = std::make_unique<ShmBarrierState>();
+  ShmBell bell(state.get(), 1, 2);
+  uint32_t ticket = 0;
+  ASSERT_TRUE(bell.arm(&ticket));
+  std::thread ringer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    bell.ring();
+  });
+  const auto start = std::chrono::steady_clock::now();
+  bell.sleep(ticket, std::chrono::seconds(10));
+  ringer.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  // A ring before the sleep starts is not lost: the ticket is stale and the sleep returns.
+  ASSERT_TRUE(bell.arm(&ticket));
+  bell.ring();
+  const auto again = std::chrono::steady_clock::now();
+  bell.sleep(ticket, std::chrono::seconds(10));
+  EXPECT_LT(std::chrono::steady_clock::now() - again, std::chrono::seconds(5));
+}
+
+TEST(ShmBell, NoSleepWhenAPeerHasAlreadyStartedTheNextCycle) {
+  auto state = std::make_unique<ShmBarrierState>();
+  state->reached[1].store(1);  // rank 1 waits in a barrier rank 0 has not reached
+  ShmBell bell(state.get(), 0, 2);
+  uint32_t ticket = 0;
+  EXPECT_FALSE(bell.arm(&ticket));
+  EXPECT_EQ(state->bellArmed[0].load(), 0u);
+  state->reached[0].store(1);  // level again: sleeping is allowed
+  EXPECT_TRUE(bell.arm(&ticket));
+  bell.sleep(ticket, std::chrono::nanoseconds(0));
+  EXPECT_EQ(state->bellArmed[0].load(), 0u);
 }
 
 TEST(ShmBackend, OffLeavesTheInnerBackend) {

@@ -132,9 +132,11 @@ class ShmBackend final : public Backend {
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     barrier_ = std::make_unique<ShmBarrier>(barrierState_, rank_, std::move(pids), timeoutS_,
                                             cores >= size_);
+    bell_ = std::make_unique<ShmBell>(barrierState_, rank_, size_);
   }
 
   const char *name() const override { return name_.c_str(); }
+  PeerBell *peerBell() override { return bell_.get(); }
   // allreduceSpans takes float16/bfloat16 itself; the other reductions go to inner_.
   bool reducesHalfNatively() const override { return inner_->reducesHalfNatively(); }
 
@@ -319,6 +321,7 @@ class ShmBackend final : public Backend {
   Slot *slots_ = nullptr;
   char *areas_ = nullptr;
   std::unique_ptr<ShmBarrier> barrier_;
+  std::unique_ptr<ShmBell> bell_;
   uint64_t seq_ = 0;
   uint64_t round_ = 0;      // windows run, over all operations: picks the result area
   uint64_t eagerOps_ = 0;   // eager operations run: picks the staging half

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/backend.h"
 #include "core/control_plane.h"
 
 namespace hora {
@@ -34,7 +35,7 @@ class ShmSegment {
   size_t bytes_;
 };
 
-// Lives in shared memory (placement-constructed by rank 0 before anyone else uses it).
+// Lives in shared memory: the segment comes zero-filled, and all zeros is the initial state.
 // Each rank publishes the number of the last barrier it reached; a rank waits until every rank
 // has reached its own. Waiting spins briefly, then sleeps on a futex: two ranks with two threads
 // each may share two cores, and a sleeping waiter gives its core to the rank it waits for.
@@ -43,6 +44,10 @@ struct ShmBarrierState {
   alignas(64) std::atomic<uint32_t> wakeups{0};  // futex word: bumped by every arrival
   std::atomic<uint32_t> sleepers{0};             // ranks inside futex_wait
   alignas(64) std::atomic<uint64_t> reached[kMaxRanks];  // padding-free: read together
+  // Per rank, for its engine sleeping between cycles (ShmBell): a futex word bumped to wake it,
+  // and whether it sleeps there, which every barrier arrival checks.
+  alignas(64) std::atomic<uint32_t> bell[kMaxRanks];
+  alignas(64) std::atomic<uint32_t> bellArmed[kMaxRanks];
 };
 
 class ShmBarrier {
@@ -51,7 +56,8 @@ class ShmBarrier {
   ShmBarrier(ShmBarrierState *state, int rank, std::vector<int> pids, double timeoutS,
              bool spin);
 
-  // Blocks until every rank has called wait() as often as this one. Throws Error(HORA_ERR_TIMEOUT)
+  // Blocks until every rank has called wait() as often as this one; first wakes any rank whose
+  // engine sleeps on its ShmBell, since this arrival is the start of a cycle it must join. Throws Error(HORA_ERR_TIMEOUT)
   // after timeoutS, or Error(HORA_ERR_PEER_LOST) when a rank's process is gone, naming the ranks
   // that had not arrived and `what` the barrier was for.
   void wait(const char *what);
@@ -66,6 +72,23 @@ class ShmBarrier {
   double timeoutS_;
   bool spin_;
   uint64_t epoch_ = 0;
+};
+
+// The PeerBell of one rank of a shared segment. A peer's ShmBarrier::wait rings it; the
+// arrival's reached[] store and this rank's bellArmed store are each followed by a full fence
+// before the other side's load, so either the peer sees the rank armed, or the rank sees the
+// peer ahead and does not sleep.
+class ShmBell final : public PeerBell {
+ public:
+  ShmBell(ShmBarrierState *state, int rank, int size) : state_(state), rank_(rank), size_(size) {}
+  bool arm(uint32_t *ticket) override;
+  void sleep(uint32_t ticket, std::chrono::nanoseconds limit) override;
+  void ring() override;
+
+ private:
+  ShmBarrierState *state_;
+  int rank_;
+  int size_;
 };
 
 }  // namespace hora
