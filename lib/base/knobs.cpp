@@ -41,6 +41,21 @@ bool parseChoice(const std::string &text, std::initializer_list<const char *> ch
   return false;
 }
 
+// "0", "3,7,11": CPU numbers of at most 5 digits joined by single commas.
+bool isCpuList(const std::string &text) {
+  size_t digits = 0;
+  for (size_t i = 0; i <= text.size(); ++i) {
+    if (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) {
+      if (++digits > 5) return false;
+    } else if ((i == text.size() || text[i] == ',') && digits > 0) {
+      digits = 0;
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
 std::string showDouble(double v) {
   std::ostringstream s;
   s << v;
@@ -81,12 +96,28 @@ const std::vector<KnobSpec> kTable = {
      },
      [](const Knobs &k) { return k.cpuBackend; }},
     {"HORA_SHM", "auto",
-     "intra-host allreduce through shared memory and process_vm_readv when every rank of a set "
-     "is on one host: auto or off",
+     "intra-host allreduce through shared memory when every rank of a set is on one host: auto "
+     "or off",
      [](const std::string &t, Knobs &k, std::string *why) {
        return parseChoice(t, {"auto", "off"}, &k.shm, why);
      },
      [](const Knobs &k) { return k.shm; }},
+    {"HORA_THREAD_AFFINITY", "auto",
+     "CPU of the engine threads: auto (spread local ranks over the CPUs when the launcher did "
+     "not bind), off, or one CPU per local rank such as 0,8",
+     [](const std::string &t, Knobs &k, std::string *why) {
+       if (t == "auto" || t == "off") {
+         k.threadAffinity = t;
+         return true;
+       }
+       if (!isCpuList(t)) {
+         *why = "expected auto, off, or CPU numbers joined by commas such as 0,1";
+         return false;
+       }
+       k.threadAffinity = t;
+       return true;
+     },
+     [](const Knobs &k) { return k.threadAffinity; }},
     {"HORA_TIMELINE", "", "path of a Chrome-trace JSON timeline (not yet written: issue 8)",
      [](const std::string &t, Knobs &k, std::string *) {
        k.timeline = t;

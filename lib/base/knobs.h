@@ -18,6 +18,7 @@ struct Knobs {
   int64_t cacheCapacity = 1024;
   std::string cpuBackend = "auto";  // auto, mpi, gloo
   std::string shm = "auto";         // auto, off: the intra-host allreduce path
+  std::string threadAffinity = "auto";  // auto, off, or one CPU per local rank: "0,1"
   std::string timeline;             // empty = off
   double stallWarningS = 60;
   double stallShutdownS = 0;  // 0 = off

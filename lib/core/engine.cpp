@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "backends/registry.h"
+#include "core/affinity.h"
 #include "base/logging.h"
 
 namespace hora {
@@ -21,6 +22,9 @@ std::shared_ptr<Engine> Engine::start(const Knobs &knobs) {
     SetEngine::Parts parts;
     parts.group = e->bootstrap_->worldGroup();
     parts.backend = createCpuBackend(e->knobs_, *e->bootstrap_, *parts.group);
+    e->engineCpu_ = engineCpuForThisProcess(e->knobs_.threadAffinity, e->topology_.localRank,
+                                            e->topology_.localSize);
+    parts.cpu = e->engineCpu_;
     e->worldGroup_ = parts.group.get();
     e->backendName_ = parts.backend->name();
     return parts;
@@ -38,7 +42,9 @@ std::shared_ptr<Engine> Engine::start(const Knobs &knobs) {
                   << " of " << engine->topology_.size << ", local rank "
                   << engine->topology_.localRank << " of " << engine->topology_.localSize
                   << (engine->rendezvousPoint_.empty() ? "" : ", ") << engine->rendezvousPoint_
-                  << ", cpu backend " << engine->backendName_;
+                  << ", cpu backend " << engine->backendName_ << ", engine threads on "
+                  << (engine->engineCpu_ >= 0 ? "CPU " + std::to_string(engine->engineCpu_)
+                                              : std::string("any CPU"));
   return engine;
 }
 
@@ -166,6 +172,7 @@ void Engine::runSetOp(Request *request, const Response &response) {
         SetEngine::Parts parts;
         parts.group.reset(g);
         parts.backend = createCpuBackend(knobs_, *bootstrap_, *parts.group);
+        parts.cpu = engineCpu_;  // every engine of a rank on its one CPU
         return parts;
       };
       info.engine = SetEngine::start(id, knobs_, setup, nullptr);

@@ -55,6 +55,7 @@ class Engine final : private SetOpHandler {
   Topology topology_;
   const char *launcher_ = "";
   const char *backendName_ = "";
+  int engineCpu_ = -1;  // HORA_THREAD_AFFINITY's choice for this rank, -1 for none
   std::string rendezvousPoint_;
   // Created on the world thread; createGroup is only called there.
   std::unique_ptr<Bootstrap> bootstrap_;

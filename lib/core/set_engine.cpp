@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "base/logging.h"
+#include "core/affinity.h"
 #include "core/fusion_planner.h"
 
 namespace hora {
@@ -87,6 +88,10 @@ void SetEngine::threadMain(const std::function<Parts()> &setup, std::promise<Sta
     negotiation_ = std::make_unique<NegotiationPlane>(parts_.group->control(), *parts_.backend);
     controller_ = std::make_unique<Controller>(*negotiation_, static_cast<int>(knobs_.cacheCapacity));
     executor_ = std::make_unique<Executor>(*parts_.backend, size_, rank_);
+    if (std::string why; parts_.cpu >= 0 && !bindThisThread(parts_.cpu, &why)) {
+      HORA_LOG(kWarning) << "HORA_THREAD_AFFINITY: cannot bind " << threadName << " to CPU "
+                         << parts_.cpu << ": " << why;
+    }
     queue_.setBell(parts_.backend->peerBell());  // before `started`: nobody pushes yet
   } catch (const Error &e) {
     started->set_value(e.toStatus());

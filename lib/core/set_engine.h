@@ -36,6 +36,7 @@ class SetEngine {
   struct Parts {
     std::unique_ptr<Group> group;
     std::unique_ptr<Backend> backend;
+    int cpu = -1;  // the CPU the thread binds itself to (HORA_THREAD_AFFINITY), -1 for none
   };
   // Starts the thread, which runs `setup` to get its group and backend, and returns once that is
   // done. Throws Error with the status setup failed with.

@@ -30,6 +30,7 @@ TEST(Knobs, DefaultsMatchDesign) {
   EXPECT_DOUBLE_EQ(k.timeoutS, 300);
   EXPECT_EQ(k.logLevel, LogLevel::kWarning);
   EXPECT_EQ(k.bootstrap, "auto");
+  EXPECT_EQ(k.threadAffinity, "auto");
 }
 
 TEST(Knobs, TableDefaultsParseToTheStructDefaults) {
@@ -59,12 +60,14 @@ TEST(Knobs, ParsesValues) {
                      {"HORA_CYCLE_TIME_MS", "2.5"},
                      {"HORA_CACHE_CAPACITY", "0"},
                      {"HORA_LOG_LEVEL", "DEBUG"},
-                     {"HORA_BOOTSTRAP", "single"}});
+                     {"HORA_BOOTSTRAP", "single"},
+                     {"HORA_THREAD_AFFINITY", "0,8,16"}});
   EXPECT_EQ(k.fusionThreshold, 1 << 20);
   EXPECT_DOUBLE_EQ(k.cycleTimeMs, 2.5);
   EXPECT_EQ(k.cacheCapacity, 0);
   EXPECT_EQ(k.logLevel, LogLevel::kDebug);
   EXPECT_EQ(k.bootstrap, "single");
+  EXPECT_EQ(k.threadAffinity, "0,8,16");
 }
 
 TEST(Knobs, ParseBytes) {
@@ -88,7 +91,10 @@ TEST(Knobs, BadValuesNameTheKnobAndTheValue) {
       {"HORA_FUSION_THRESHOLD", "lots"}, {"HORA_CYCLE_TIME_MS", "-1"},
       {"HORA_CACHE_CAPACITY", "1.5"},    {"HORA_LOG_LEVEL", "loud"},
       {"HORA_BOOTSTRAP", "magic"},       {"HORA_TIMEOUT_S", "0"},
-      {"HORA_CPU_BACKEND", "ucx"},       {"HORA_CYCLE_TIME_MS", "nan"}};
+      {"HORA_CPU_BACKEND", "ucx"},       {"HORA_CYCLE_TIME_MS", "nan"},
+      {"HORA_THREAD_AFFINITY", "on"},    {"HORA_THREAD_AFFINITY", "0,,1"},
+      {"HORA_THREAD_AFFINITY", "1,"},    {"HORA_THREAD_AFFINITY", "-1"},
+      {"HORA_THREAD_AFFINITY", ""}};
   for (const auto &kv : bad) {
     try {
       fromMap({{kv.first, kv.second}});

@@ -265,15 +265,22 @@ class ShmBackend final : public Backend {
           if (r != rank_) reduceWidenedInto(acc_.data(), exportArea(r) + offset, n, o.dtype, o.op, o.pre);
         }
         narrowFromFloat(acc_.data(), result, n, o.dtype, o.post);
+        table_.scatterOut(mineA, mineB, o.esize, result);
       } else {
-        table_.gatherIn(mineA, mineB, o.esize, result);
-        scaleInPlace(result, n, o.dtype, o.pre);
-        for (int r = 0; r < size_; ++r) {
-          if (r != rank_) reduceScaledInto(result, exportArea(r) + offset, n, o.dtype, o.op, o.pre);
-        }
-        scaleInPlace(result, n, o.dtype, o.post);
+        // Reduced in the output tensors themselves, then published: for an in-place tensor
+        // two passes over the share, where staging it in the result area first takes three.
+        table_.forEach(mineA, mineB, o.esize, [&](const char *in, char *out, int64_t at, int64_t c) {
+          const size_t bytes = static_cast<size_t>(c) * o.esize;
+          const size_t from = offset + static_cast<size_t>(at) * o.esize;  // in the window
+          if (in != out) std::memcpy(out, in, bytes);
+          scaleInPlace(out, c, o.dtype, o.pre);
+          for (int r = 0; r < size_; ++r) {
+            if (r != rank_) reduceScaledInto(out, exportArea(r) + from, c, o.dtype, o.op, o.pre);
+          }
+          scaleInPlace(out, c, o.dtype, o.post);
+          std::memcpy(result + static_cast<size_t>(at) * o.esize, out, bytes);
+        });
       }
-      table_.scatterOut(mineA, mineB, o.esize, result);
     }
     barrier_->wait("allreduce (reduce)");
 
