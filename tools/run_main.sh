@@ -30,14 +30,14 @@ fi
 if [ -x "$builddir/bench/hora-bench" ]; then
   echo
   echo "== hora-bench: allreduce float32 sum, 2 ranks, against raw MPI, Gloo and memcpy"
-  # -w/-n small: a 256 MiB raw MPI_Allreduce takes about a second here. -w >= -n: the warm-up
-  # primes every name the timed ops use.
-  mpirun "${HORA_MPIRUN_ARGS[@]}" -np 2 "$builddir/bench/hora-bench" \
-    -b 4K -e 256M -f 4 -w 5 -n 5 -d float -o sum --plot "$builddir/bench/allreduce.png"
+  # -n 10: a 256 MiB raw MPI_Allreduce takes most of a second here. -w 20: small ops need a
+  # warm engine (hora warms at least 2 x -n ops anyway: a name's second op is the cached path).
+  mpirun "${HORA_MPIRUN_BENCH_ARGS[@]}" -np 2 "$builddir/bench/hora-bench" \
+    -b 4K -e 256M -f 4 -w 20 -n 10 -d float -o sum --plot "$builddir/bench/allreduce.png"
   echo
   echo "== hora-grads: gradient steps of ResNet-50 and ViT-B/16 (3 timed per variant), 2 ranks"
   # Few steps: ViT-B/16's 346 MB through one raw MPI_Allreduce takes a second or two here.
-  mpirun "${HORA_MPIRUN_ARGS[@]}" -np 2 "$builddir/bench/hora-grads" --steps 3 --warmup 1
+  mpirun "${HORA_MPIRUN_BENCH_ARGS[@]}" -np 2 "$builddir/bench/hora-grads" --steps 3 --warmup 1
 else
   echo "hora-bench was not built (needs MPI and -Dbench enabled)" >&2
 fi
