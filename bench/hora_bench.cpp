@@ -2,6 +2,7 @@
 // hora-bench: collective bandwidth in the nccl-tests layout, hora against raw MPI, Gloo and memcpy.
 
 #include "bench_util.h"
+#include "bench_cuda.h"
 
 #include <hora/hora.h>
 
@@ -115,6 +116,7 @@ struct Options {
   std::string redop = "sum";
   std::string dtype = "float";
   bool mpi = true, gloo = true, memcpy = true;
+  std::string device = "cpu";  // cpu, or cuda (--device cuda: tensors on the GPU, raw NCCL column)
   std::string json, plot;
 };
 
@@ -140,6 +142,9 @@ void usage(FILE *f) {
       "  --op             the collective (default allreduce)\n"
       "  --blocking 1     latency mode: wait for each hora op before submitting the next\n"
       "  --mpi/--gloo/--memcpy 0   drop that column (all on by default; Gloo only where built)\n"
+      "  --device cuda    tensors on the GPU (local rank modulo the GPUs seen), hora on NCCL, and\n"
+      "                   a raw NCCL column on the same buffers instead of MPI, Gloo and memcpy\n"
+      "                   (builds with NCCL only)\n"
       "  --json FILE      every row, every column, as JSON (written by rank 0)\n"
       "  --plot FILE.png  busbw against size, drawn by gnuplot (package gnuplot-nox) on rank 0\n"
       "\n"
@@ -219,6 +224,7 @@ std::vector<OptionSpec> optionSpecs(Options *o) {
       {{"--mpi"}, flag(&o->mpi)},
       {{"--gloo"}, flag(&o->gloo)},
       {{"--memcpy"}, flag(&o->memcpy)},
+      {{"--device"}, text(&o->device)},
       {{"--json"}, text(&o->json)},
       {{"--plot"}, text(&o->plot)},
   };
@@ -400,6 +406,7 @@ struct Timing {
 struct Row {
   Shape shape;
   Timing outOfPlace, inPlace, mpi, gloo, memcpy;  // memcpy: algbw is its GB/s
+  Timing nccl;                                    // --device cuda: raw NCCL
   const Timing &hora() const { return outOfPlace.ran ? outOfPlace : inPlace; }
 };
 
@@ -418,8 +425,8 @@ struct Row {
 class Bench {
  public:
   Bench(const Options &o, const CollInfo &c, const DType &t, const ReduceOp &op, int rank, int n,
-        size_t capacity, Gloo *gloo)
-      : opt_(o), coll_(c), type_(t), op_(op), rank_(rank), n_(n), gloo_(gloo),
+        size_t capacity, Gloo *gloo, CudaSide *cuda)
+      : opt_(o), coll_(c), type_(t), op_(op), rank_(rank), n_(n), gloo_(gloo), cuda_(cuda),
         send_(capacity), recv_(capacity) {
     if (o.mpi) mpiReduce_ = makeMpiReduce(t, op);
     if (t.mpi == MPI_DATATYPE_NULL) mpiReduce_.type = MPI_UINT16_T;  // data movement: 16-bit words
@@ -444,6 +451,7 @@ class Bench {
     if (coll_.horaInPlace) row.inPlace = timeHora(true);
     if (opt_.mpi && fitsMpi()) row.mpi = timeBaseline([this] { mpiOnce(); });
     if (gloo_) row.gloo = timeBaseline([this] { glooOnce(); });
+    if (cuda_) row.nccl = timeNccl();
     if (opt_.memcpy) row.memcpy = timeBaseline([this] {
       std::memcpy(recv_.data(), send_.data(), static_cast<size_t>(shape_.bytes));
     });
@@ -454,16 +462,19 @@ class Bench {
       if (row.inPlace.ran) row.inPlace.wrong = verifyHora(true);
       if (row.mpi.ran) row.mpi.wrong = verifyBaseline([this] { mpiOnce(); });
       if (row.gloo.ran) row.gloo.wrong = verifyBaseline([this] { glooOnce(); });
-      int64_t wrong[4] = {row.outOfPlace.wrong, row.inPlace.wrong, row.mpi.wrong, row.gloo.wrong};
-      MPI_Allreduce(MPI_IN_PLACE, wrong, 4, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+      if (row.nccl.ran) row.nccl.wrong = verifyNccl();
+      int64_t wrong[5] = {row.outOfPlace.wrong, row.inPlace.wrong, row.mpi.wrong, row.gloo.wrong,
+                          row.nccl.wrong};
+      MPI_Allreduce(MPI_IN_PLACE, wrong, 5, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
       row.outOfPlace.wrong = wrong[0];
       row.inPlace.wrong = wrong[1];
       row.mpi.wrong = wrong[2];
       row.gloo.wrong = wrong[3];
+      row.nccl.wrong = wrong[4];
     }
 
     const double factor = busFactor(coll_.coll, n_);
-    for (Timing *t : {&row.outOfPlace, &row.inPlace, &row.mpi, &row.gloo, &row.memcpy}) {
+    for (Timing *t : {&row.outOfPlace, &row.inPlace, &row.mpi, &row.gloo, &row.memcpy, &row.nccl}) {
       if (!t->ran) continue;
       t->algbw = static_cast<double>(shape.bytes) / (t->timeUs * 1e3);  // GB/s
       t->busbw = t == &row.memcpy ? t->algbw : t->algbw * factor;
@@ -486,8 +497,9 @@ class Bench {
   hora_request_t submit(bool inPlace, const char *name) {
     hora_request_t req = nullptr;
     hora_status_t st = HORA_SUCCESS;
-    DLTensor in = cpuTensor(send_.data(), type_.dl, &sendShape_);
-    DLTensor out = cpuTensor(recv_.data(), type_.dl, &recvShape_);
+    DLTensor in = cpuTensor(sendData(), type_.dl, &sendShape_);
+    DLTensor out = cpuTensor(recvData(), type_.dl, &recvShape_);
+    if (cuda_) in.device = out.device = DLDevice{kDLCUDA, cuda_->device()};
     switch (coll_.coll) {
       case Coll::kAllreduce:
         st = hora_allreduce_async(name, inPlace ? &out : &in, &out, op_.hora, 1.0, 1.0, 0, &req);
@@ -652,20 +664,73 @@ class Bench {
 
   int64_t verifyHora(bool inPlace) {
     fillInputs(inPlace);
+    uploadInputs();
     const std::string name = baseName() + (inPlace ? ".inplace.check" : ".check");
     hora_request_t r = submit(inPlace, name.c_str());
     checkHora(hora_wait(r), "hora_wait");
     const void *out = recv_.data();
     int64_t elems = shape_.recvElems;
+    std::vector<uint8_t> fromDevice;
     if (const DLTensor *t = hora_request_output(r)) {  // allocated by hora
       out = t->data;
       elems = 1;
       for (int d = 0; d < t->ndim; ++d) elems *= t->shape[d];
       if (t->dtype.code != type_.dl.code || t->dtype.bits != type_.dl.bits) elems = -1;
+      if (cuda_ && elems > 0) {
+        fromDevice.resize(static_cast<size_t>(elems * type_.bytes));
+        cuda_->download(fromDevice.data(), t->data, fromDevice.size());
+        out = fromDevice.data();
+      }
+    } else {
+      downloadOutput();
     }
     const int64_t wrong = countWrong(out, elems, false);
     hora_request_free(r);
     return wrong;
+  }
+
+  // ---- --device cuda: the same buffers on the GPU, and the raw NCCL column
+
+  void *sendData() const { return cuda_ ? cuda_->send() : send_.data(); }
+  void *recvData() const { return cuda_ ? cuda_->recv() : recv_.data(); }
+
+  // fillInputs writes the host buffers; the GPU gets both (recv holds in-place and broadcast
+  // inputs, and out-of-place garbage).
+  void uploadInputs() {
+    if (!cuda_) return;
+    cuda_->upload(cuda_->send(), send_.data(), static_cast<size_t>(shape_.sendElems * type_.bytes));
+    cuda_->upload(cuda_->recv(), recv_.data(), static_cast<size_t>(shape_.recvElems * type_.bytes));
+  }
+  void downloadOutput() {
+    if (cuda_) cuda_->download(recv_.data(), cuda_->recv(), static_cast<size_t>(shape_.recvElems * type_.bytes));
+  }
+
+  NcclColl ncclColl() const {
+    switch (coll_.coll) {
+      case Coll::kAllreduce: return NcclColl::kAllreduce;
+      case Coll::kAllgather: return NcclColl::kAllgather;
+      case Coll::kBroadcast: return NcclColl::kBroadcast;
+      case Coll::kReducescatter: return NcclColl::kReducescatter;
+      case Coll::kAlltoall: return NcclColl::kAlltoall;
+    }
+    return NcclColl::kAllreduce;
+  }
+  void ncclOnce() { cuda_->ncclOnce(ncclColl(), type_.name, op_.name, shape_.count, opt_.root); }
+
+  // Like nccl-tests: -n collectives queued back to back on the stream, one synchronisation.
+  Timing timeNccl() {
+    return timeLoop([&](int k) {
+      for (int i = 0; i < k; ++i) ncclOnce();
+      cuda_->synchronize();
+    }, opt_.warmup);
+  }
+  int64_t verifyNccl() {
+    fillInputs(false);
+    uploadInputs();
+    ncclOnce();
+    cuda_->synchronize();
+    downloadOutput();
+    return countWrong(recv_.data(), shape_.recvElems, false);  // ncclAvg averages itself
   }
 
   template <typename F>
@@ -681,6 +746,7 @@ class Bench {
   const ReduceOp &op_;
   const int rank_, n_;
   Gloo *gloo_;
+  CudaSide *cuda_;  // --device cuda, else nullptr
   MpiReduce mpiReduce_;
   ReduceFn glooReduce_ = nullptr;
   Buffer send_, recv_;
@@ -709,6 +775,7 @@ void writeJson(FILE *f, const Options &o, const CollInfo &c, const DType &t, con
   j.field("collective", c.name).field("ranks", n).field("dtype", t.name);
   j.field("redop", c.reduces ? op.name : "none").field("root", c.coll == Coll::kBroadcast ? o.root : -1);
   j.field("iters", o.iters).field("warmup", o.warmup).field("blocking", o.blocking);
+  j.field("device", o.device);
   j.field("check", o.check).field("mpi_call", o.mpi ? c.mpiCall : "");
   j.field("gloo", glooRan);
   if (glooSkipped.empty()) j.key("gloo_skipped").null(); else j.field("gloo_skipped", glooSkipped);
@@ -740,9 +807,10 @@ void writeJson(FILE *f, const Options &o, const CollInfo &c, const DType &t, con
     group("mpi", r.mpi, true, false);
     group("gloo", r.gloo, true, false);
     group("memcpy", r.memcpy, false, true);
+    group("nccl", r.nccl, true, false);
     const double h = r.hora().algbw;
     j.field("hora_over_mpi", h / r.mpi.algbw).field("hora_over_gloo", h / r.gloo.algbw);
-    j.field("hora_over_memcpy", h / r.memcpy.algbw);
+    j.field("hora_over_memcpy", h / r.memcpy.algbw).field("hora_over_nccl", h / r.nccl.algbw);
     j.endObject();
   }
   j.endArray();
@@ -769,7 +837,7 @@ std::string plot(const std::string &png, const std::string &title, const std::ve
   const Series series[] = {
       {"hora out-of-place", &Row::outOfPlace}, {"hora in-place", &Row::inPlace},
       {"raw MPI", &Row::mpi},                  {"Gloo", &Row::gloo},
-      {"memcpy bound (GB/s per rank)", &Row::memcpy},
+      {"memcpy bound (GB/s per rank)", &Row::memcpy}, {"raw NCCL", &Row::nccl},
   };
   FILE *d = std::fopen(data.c_str(), "w");
   if (!d) return "cannot write " + data + ": " + std::strerror(errno);
@@ -854,6 +922,12 @@ int run(int argc, char **argv, int rank, int n) {
     else if (opt.root >= n)
       error = "-r " + std::to_string(opt.root) + " is not a rank (" + std::to_string(n) +
               " ranks)";
+    else if (opt.device != "cpu" && opt.device != "cuda")
+      error = "unknown --device " + opt.device + " (cpu or cuda)";
+    else if (opt.device == "cuda" && !HORA_BENCH_CUDA)
+      error = "--device cuda: this build has no NCCL backend (meson found no CUDA/NCCL/nvcc)";
+    else if (opt.device == "cuda" && CudaSide::deviceCount() == 0)
+      error = "--device cuda: no CUDA device is visible to this process";
   }
   // Files and tools that rank 0 needs at the end, checked before a long run.
   if (error.empty() && parsed == ParseResult::kRun && rank == 0) {
@@ -865,6 +939,10 @@ int run(int argc, char **argv, int rank, int n) {
     }
   }
   if (usageErrorAnywhere(error, rank)) return 1;
+
+  // On the GPU the CPU columns do not apply: the raw NCCL column takes their place.
+  const bool cudaMode = opt.device == "cuda";
+  if (cudaMode) opt.mpi = opt.gloo = opt.memcpy = false;
 
   checkHora(hora_init(), "hora_init");
   if (hora_size() != n) failHere("hora sees " + std::to_string(hora_size()) + " ranks, MPI " +
@@ -878,7 +956,7 @@ int run(int argc, char **argv, int rank, int n) {
 #else
   glooSkipped = "this build has no Gloo (meson found no libgloo-dev)";
 #endif
-  if (!opt.gloo) glooSkipped = "--gloo 0";
+  if (!opt.gloo) glooSkipped = cudaMode ? "--device cuda" : "--gloo 0";
 
   // Sizes from -b to -e, times -f; rows whose rounded size repeats are dropped.
   std::vector<Shape> shapes;
@@ -891,6 +969,15 @@ int run(int argc, char **argv, int rank, int n) {
     // Both buffers hold a whole size: the memcpy bound copies it, and Gloo's reducescatter
     // column reduces the full input into recv.
     capacity = std::max(capacity, static_cast<size_t>(s.bytes));
+  }
+
+  std::unique_ptr<CudaSide> cuda;
+  if (cudaMode) {
+    try {
+      cuda = std::make_unique<CudaSide>(hora_local_rank(), capacity);
+    } catch (const std::exception &e) {
+      failHere(std::string("--device cuda: ") + e.what());
+    }
   }
 
   const bool bcast = coll->coll == Coll::kBroadcast;
@@ -917,6 +1004,9 @@ int run(int argc, char **argv, int rank, int n) {
       std::printf("# Gloo column skipped: %s\n", glooSkipped.c_str());
     if (opt.memcpy)
       std::printf("# memcpy: every rank copies size bytes at once; GB/s = size / time\n");
+    if (cuda)
+      std::printf("# --device cuda: every tensor on the rank's GPU (local rank %% GPUs); raw NCCL: "
+                  "-n ops on one stream, one synchronisation, on the same buffers\n");
     std::printf("# busbw = algbw x %s; ratios: hora's algbw (%s) over the column's\n",
                 coll->coll == Coll::kAllreduce ? "2(n-1)/n" : bcast ? "1" : "(n-1)/n",
                 bcast ? "in place" : "out of place");
@@ -934,10 +1024,12 @@ int run(int argc, char **argv, int rank, int n) {
   if (opt.mpi) table.addGroup("raw MPI", {{"time", "(us)", 7}, {"busbw", "(GB/s)", 6}});
   if (gloo) table.addGroup("Gloo", {{"time", "(us)", 7}, {"busbw", "(GB/s)", 6}});
   if (opt.memcpy) table.addGroup("memcpy", {{"time", "(us)", 7}, {"GB/s", "", 6}});
+  if (cuda) table.addGroup("raw NCCL", {{"time", "(us)", 7}, {"busbw", "(GB/s)", 6}});
   std::vector<Table::Column> ratioColumns;
   if (opt.mpi) ratioColumns.push_back({"hora/MPI", "", 8});
   if (gloo) ratioColumns.push_back({"hora/Gloo", "", 9});
   if (opt.memcpy) ratioColumns.push_back({"hora/memcpy", "", 11});
+  if (cuda) ratioColumns.push_back({"hora/NCCL", "", 9});
   if (!ratioColumns.empty()) table.addGroup("ratios", ratioColumns);
   if (rank == 0) {
     table.printHeader(stdout);
@@ -946,7 +1038,7 @@ int run(int argc, char **argv, int rank, int n) {
 
   std::vector<Row> rows;
   {
-    Bench bench(opt, *coll, *type, *op, rank, n, capacity, gloo.get());
+    Bench bench(opt, *coll, *type, *op, rank, n, capacity, gloo.get(), cuda.get());
     // A process's first ops are cold (code, allocator, the engine's first cycles); nccl-tests too
     // warms up at the smallest size first. Bandwidth-bound sizes need no such pass.
     if (!shapes.empty() && shapes.front().bytes <= kColdPassMaxBytes) bench.run(shapes.front());
@@ -966,9 +1058,9 @@ int run(int argc, char **argv, int rank, int n) {
         cells.push_back(formatFixed(t->busbw, 2));
         cells.push_back(wrong(*t));
       }
-      for (const Timing *t : {&r.mpi, &r.gloo, &r.memcpy}) {
+      for (const Timing *t : {&r.mpi, &r.gloo, &r.memcpy, &r.nccl}) {
         if ((t == &r.mpi && !opt.mpi) || (t == &r.gloo && !gloo) ||
-            (t == &r.memcpy && !opt.memcpy))
+            (t == &r.memcpy && !opt.memcpy) || (t == &r.nccl && !cuda))
           continue;
         cells.push_back(formatTime(t->timeUs));
         cells.push_back(formatFixed(t->busbw, 2));
@@ -977,6 +1069,7 @@ int run(int argc, char **argv, int rank, int n) {
       if (opt.mpi) cells.push_back(ratio(h, r.mpi.algbw));
       if (gloo) cells.push_back(ratio(h, r.gloo.algbw));
       if (opt.memcpy) cells.push_back(ratio(h, r.memcpy.algbw));
+      if (cuda) cells.push_back(ratio(h, r.nccl.algbw));
       table.printRow(stdout, cells);
       std::fflush(stdout);
     }
@@ -984,8 +1077,8 @@ int run(int argc, char **argv, int rank, int n) {
 
   // nccl-tests' footer: the average over every hora bus bandwidth printed (both forms).
   int64_t horaWrong = 0, baselineWrong = 0;
-  double busSum = 0, mpiSum = 0, glooSum = 0;
-  int busCount = 0, mpiCount = 0, glooCount = 0;
+  double busSum = 0, mpiSum = 0, glooSum = 0, ncclSum = 0;
+  int busCount = 0, mpiCount = 0, glooCount = 0, ncclCount = 0;
   for (const Row &r : rows) {
     for (const Timing *t : {&r.outOfPlace, &r.inPlace}) {
       if (!t->ran) continue;
@@ -993,7 +1086,8 @@ int run(int argc, char **argv, int rank, int n) {
       busSum += t->busbw;
       ++busCount;
     }
-    baselineWrong += r.mpi.wrong + r.gloo.wrong;
+    baselineWrong += r.mpi.wrong + r.gloo.wrong + r.nccl.wrong;
+    if (r.nccl.ran) ncclSum += r.nccl.busbw, ++ncclCount;
     if (r.mpi.ran) mpiSum += r.mpi.busbw, ++mpiCount;
     if (r.gloo.ran) glooSum += r.gloo.busbw, ++glooCount;
   }
@@ -1003,11 +1097,12 @@ int run(int argc, char **argv, int rank, int n) {
     std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(horaWrong),
                 !opt.check ? "(not checked)" : horaWrong ? "FAILED" : "OK");
     if (baselineWrong)
-      std::printf("# MPI or Gloo results wrong: %lld (a bug in the benchmark or the library)\n",
+      std::printf("# MPI, Gloo or NCCL results wrong: %lld (a bug in the benchmark or the library)\n",
                   static_cast<long long>(baselineWrong));
     std::printf("# Avg bus bandwidth    : %g\n", avgBus);
     if (mpiCount) std::printf("# Avg MPI bus bandwidth: %g\n", mpiSum / mpiCount);
     if (glooCount) std::printf("# Avg Gloo bus bandwidth: %g\n", glooSum / glooCount);
+    if (ncclCount) std::printf("# Avg NCCL bus bandwidth: %g\n", ncclSum / ncclCount);
     std::printf("#\n");
     std::fflush(stdout);
     if (!opt.json.empty()) {

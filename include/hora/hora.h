@@ -125,6 +125,14 @@ HORA_API hora_status_t hora_process_set_destroy(int32_t id);
 HORA_API int hora_process_set_rank(int32_t id);
 HORA_API int hora_process_set_size(int32_t id);
 
+/* CUDA tensors: the stream (a cudaStream_t, or NULL for the legacy default stream, the default)
+   whose queued work this thread's later submissions wait for. At submission hora records an
+   event on it; its own NCCL work runs on a stream of its own, after that event, and a request is
+   complete once the result is on the device, visible to every stream. A framework passes its
+   current stream before each submission (PyTorch: torch.cuda.current_stream().cuda_stream).
+   HORA_ERR_UNSUPPORTED in a build without NCCL. Not collective. */
+HORA_API hora_status_t hora_cuda_set_stream(void *stream);
+
 /* Chrome-trace JSON timeline of every op, written by this process. */
 HORA_API hora_status_t hora_timeline_start(const char *path);
 HORA_API hora_status_t hora_timeline_stop(void);

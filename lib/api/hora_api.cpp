@@ -15,6 +15,10 @@
 #include "base/logging.h"
 #include "bootstrap/bootstrap.h"
 #include "core/engine.h"
+#include "hora_config.h"
+#if HORA_HAVE_NCCL
+#include "backends/nccl/nccl_device.h"  // no CUDA headers: a facade
+#endif
 
 struct hora_request {
   hora::RequestPtr impl;
@@ -24,6 +28,9 @@ namespace hora {
 namespace {
 
 thread_local std::string tLastError;
+#if HORA_HAVE_NCCL
+thread_local void *tlsCudaStream = nullptr;  // hora_cuda_set_stream: this thread's stream
+#endif
 
 // The running runtime. gLifecycle serializes init and shutdown; gEngineMutex guards the pointer
 // itself so submitting threads can take a reference without waiting for a slow init/shutdown.
@@ -194,9 +201,23 @@ Parsed parseTensor(const Call &call, const char *role, const DLTensor *t) {
     case kDLCPU:
     case kDLCUDAHost: p.device = Device{1, 0}; break;
     case kDLCUDA:
+#if HORA_HAVE_NCCL
+      if (t->device.device_id < 0 || t->device.device_id >= nccl_device::deviceCount()) {
+        const std::string why = nccl_device::whyNoDevice();
+        HORA_THROW(HORA_ERR_UNSUPPORTED, call.where(), ": ", role, " is on cuda:",
+                   t->device.device_id, ", but ",
+                   why.empty() ? detail::concat("this process sees ", nccl_device::deviceCount(),
+                                                " CUDA devices")
+                               : why);
+      }
+      p.device = Device{2, t->device.device_id};
+      break;
+#else
       HORA_THROW(HORA_ERR_UNSUPPORTED, call.where(), ": ", role, " is on cuda:",
                  t->device.device_id,
-                 ", but this build has no NCCL backend (issue 6); pass CPU tensors");
+                 ", but this build has no NCCL backend (configure with -Dnccl=enabled where CUDA "
+                 "and NCCL are installed); pass CPU tensors");
+#endif
     default: bad("device type ", int(t->device.device_type), " is not supported (cpu or cuda)");
   }
   if (p.numel > 0 && t->data == nullptr) bad("data is NULL for ", p.numel, " elements");
@@ -274,7 +295,12 @@ void submit(Engine &engine, const Call &call, RequestMsg msg, std::vector<Tensor
             hora_request_t *request_p) {
   msg.name = call.autoNamed ? nextAutoName(call.processSet, call.op) : call.name;
   msg.op = call.op;
+  const Device device = msg.device;
   auto request = std::make_shared<Request>(std::move(msg), call.processSet, std::move(tensors));
+#if HORA_HAVE_NCCL
+  // The device work waits for what this thread had queued on its stream when it submitted.
+  if (!device.isCpu()) request->readyEvent = nccl_device::recordEvent(device.id, tlsCudaStream);
+#endif
   auto *handle = new hora_request{request};
   try {
     engine.submit(std::move(request));
@@ -619,6 +645,17 @@ int hora_process_set_rank(int32_t id) {
 int hora_process_set_size(int32_t id) {
   std::shared_ptr<Engine> e = currentEngine();
   return e ? e->processSetSize(id) : -1;
+}
+
+hora_status_t hora_cuda_set_stream(void *stream) {
+  return guarded([stream] {
+#if HORA_HAVE_NCCL
+    tlsCudaStream = stream;
+#else
+    (void)stream;
+    HORA_THROW(HORA_ERR_UNSUPPORTED, "hora_cuda_set_stream: this build has no NCCL backend");
+#endif
+  });
 }
 
 hora_status_t hora_timeline_start(const char *) {

@@ -14,6 +14,9 @@
 #include "backends/gloo/gloo_backend.h"
 #include "backends/gloo/gloo_group.h"
 #endif
+#if HORA_HAVE_NCCL
+#include "backends/nccl/nccl_backend.h"
+#endif
 #if HORA_HAVE_MPI
 #include "backends/mpi/mpi_backend.h"
 #include "bootstrap/mpi/mpi_bootstrap.h"
@@ -99,6 +102,16 @@ std::unique_ptr<Group> createStoreGroup(std::shared_ptr<TcpStoreClient> store,
   if (size == 1) return nullptr;
   HORA_THROW(HORA_ERR_UNSUPPORTED, "a world formed by env:// or Slurm needs the Gloo transport, "
              "and this build has no Gloo (meson option gloo; Debian package libgloo-dev)");
+#endif
+}
+
+std::unique_ptr<DeviceExecutor> createDeviceExecutor(ControlPlane &control, int device,
+                                                     const Knobs &knobs) {
+#if HORA_HAVE_NCCL
+  return createNcclExecutor(control, device, knobs.timeoutS);
+#else
+  (void)control, (void)device, (void)knobs;
+  HORA_THROW(HORA_ERR_UNSUPPORTED, "a CUDA tensor, but this build has no NCCL backend");
 #endif
 }
 

@@ -8,6 +8,7 @@
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/env/tcp_store.h"
 #include "core/backend.h"
+#include "core/device_executor.h"
 
 namespace hora {
 
@@ -21,6 +22,11 @@ std::unique_ptr<Backend> createCpuBackend(const Knobs &knobs, Bootstrap &bootstr
 std::unique_ptr<Group> createStoreGroup(std::shared_ptr<TcpStoreClient> store,
                                         const std::string &prefix, int rank, int size,
                                         const std::string &localAddress, double timeoutS);
+
+// The executor for tensors on `device` (a CUDA ordinal) for the set behind `control`: NCCL.
+// Collective over the set. Throws Error(UNSUPPORTED) in a build without NCCL.
+std::unique_ptr<DeviceExecutor> createDeviceExecutor(ControlPlane &control, int device,
+                                                     const Knobs &knobs);
 
 // A world of one: copies.
 std::unique_ptr<Backend> createSelfBackend();

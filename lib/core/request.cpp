@@ -28,6 +28,7 @@ std::shared_ptr<Request> Request::standIn(const Response &response, int32_t proc
   }
   if (msg.op == OpType::kAlltoall) std::fill(msg.splits.begin(), msg.splits.end(), 0);
   auto request = std::make_shared<Request>(msg, processSet, std::vector<TensorArg>{});
+  request->standIn_ = true;
   if (msg.op == OpType::kBarrier || msg.op == OpType::kJoin) return request;
   for (const Shape &s : msg.shapes) {
     const int64_t n = numElements(s);
@@ -42,9 +43,18 @@ void *Request::allocateOutput(const Shape &shape) {
   const size_t bytes = static_cast<size_t>(numElements(shape)) * dtypeSize(msg_.dtype);
   // One spare byte keeps data non-null for empty outputs, as DLPack consumers expect.
   outputStorage_.reset(new uint8_t[bytes + 1]);
+  return describeOutput(outputStorage_.get(), shape);
+}
+
+void Request::adoptOutput(std::shared_ptr<void> storage, void *data, const Shape &shape) {
+  adoptedStorage_ = std::move(storage);
+  describeOutput(data, shape);
+}
+
+void *Request::describeOutput(void *data, const Shape &shape) {
   outputShape_ = shape;
   output_ = DLTensor{};
-  output_.data = outputStorage_.get();
+  output_.data = data;
   output_.device = DLDevice{static_cast<DLDeviceType>(msg_.device.type), msg_.device.id};
   output_.ndim = static_cast<int32_t>(outputShape_.size());
   output_.shape = outputShape_.data();

@@ -42,6 +42,14 @@ class Request {
   // Output owned by the request (allgather, alltoall, reducescatter): storage sized for `shape`
   // and a DLTensor over it.
   void *allocateOutput(const Shape &shape);
+  // The same for storage made elsewhere (device memory): the request keeps `storage` alive and
+  // describes `data` as its output, on the request's device.
+  void adoptOutput(std::shared_ptr<void> storage, void *data, const Shape &shape);
+  bool isStandIn() const { return standIn_; }
+
+  // CUDA tensors: an event recorded on the submitting thread's stream at submission, which the
+  // device work waits for (owned; nullptr for CPU tensors).
+  std::shared_ptr<void> readyEvent;
   const DLTensor *output() const { return hasOutput_ ? &output_ : nullptr; }
 
   // Set by the engine thread before completion: alltoall's rows received from each rank; the
@@ -64,13 +72,17 @@ class Request {
   bool sentToCoordinator = false;
 
  private:
+  void *describeOutput(void *data, const Shape &shape);  // output_ over `data`
+
   RequestMsg msg_;
   int32_t processSet_;
   std::vector<TensorArg> tensors_;
   std::chrono::steady_clock::time_point submitted_;
 
   std::vector<std::vector<uint8_t>> scratch_;  // stand-ins' own zeroed inputs
+  bool standIn_ = false;
   std::unique_ptr<uint8_t[]> outputStorage_;
+  std::shared_ptr<void> adoptedStorage_;
   Shape outputShape_;
   DLTensor output_{};
   bool hasOutput_ = false;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "backends/registry.h"
 #include "base/logging.h"
 #include "core/affinity.h"
 #include "core/fusion_planner.h"
@@ -118,6 +119,7 @@ void SetEngine::threadMain(const std::function<Parts()> &setup, std::promise<Sta
   }
   // Teardown in the thread that used them.
   queue_.setBell(nullptr);
+  device_.reset();
   executor_.reset();
   controller_.reset();
   parts_.backend.reset();
@@ -183,6 +185,13 @@ void SetEngine::execute(const std::vector<Response> &responses) {
     Status status;
     if (!first.ok()) {
       status = Status{first.status, first.error};
+    } else if (!first.agreed.device.isCpu()) {
+      try {
+        executeOnDevice(requests, members);
+      } catch (const Error &e) {
+        if (blastRadius(e.status()) != BlastRadius::kThisOp) throw;
+        status = e.toStatus();
+      }
     } else {
       try {
         switch (first.agreed.op) {
@@ -209,6 +218,36 @@ void SetEngine::execute(const std::vector<Response> &responses) {
       if (RequestPtr r = finish(responses[m].agreed.name, status)) settled.push_back(std::move(r));
     }
     for (const RequestPtr &r : settled) r->wake();
+  }
+}
+
+void SetEngine::executeOnDevice(const std::vector<Request *> &requests,
+                                const std::vector<const Response *> &members) {
+  const Response &first = *members.front();
+  if (!device_) {
+    // This rank's device: its own tensor's (a joined rank, with none, uses the agreed one).
+    int device = first.agreed.device.id;
+    for (Request *r : requests) {
+      if (!r->isStandIn()) device = r->msg().device.id;
+    }
+    device_ = createDeviceExecutor(parts_.group->control(), device, knobs_);
+  }
+  const int contributors = size_ - static_cast<int>(first.joined.size());
+  switch (first.agreed.op) {
+    case OpType::kAllreduce: device_->allreduce(requests, first, contributors); break;
+    case OpType::kBroadcast: device_->broadcast(*requests[0], first); break;
+    case OpType::kAlltoall: device_->alltoall(*requests[0], first); break;
+    case OpType::kAllgather:
+      for (size_t i = 0; i < requests.size(); ++i) device_->allgather(*requests[i], *members[i]);
+      break;
+    case OpType::kReducescatter:
+      for (size_t i = 0; i < requests.size(); ++i) {
+        device_->reducescatter(*requests[i], *members[i], contributors);
+      }
+      break;
+    default:
+      HORA_THROW(HORA_ERR_INTERNAL, opTypeName(first.agreed.op), " '", first.agreed.name,
+                 "' on a device");
   }
 }
 

@@ -12,6 +12,7 @@
 #include "bootstrap/bootstrap.h"
 #include "core/backend.h"
 #include "core/controller.h"
+#include "core/device_executor.h"
 #include "core/executor.h"
 #include "core/tensor_queue.h"
 
@@ -91,6 +92,10 @@ class SetEngine {
   std::unique_ptr<ControlPlane> negotiation_;  // the group's plane, AND through the backend if it can
   std::unique_ptr<Controller> controller_;
   std::unique_ptr<Executor> executor_;
+  // CUDA tensors' executor (NCCL), made at the set's first CUDA response: one GPU per rank and set.
+  std::unique_ptr<DeviceExecutor> device_;
+  void executeOnDevice(const std::vector<Request *> &requests,
+                       const std::vector<const Response *> &members);
   PendingMap pending_;
 };
 

@@ -36,6 +36,11 @@ expect_error "need 1 <= -b <= -e" "$@" "$bench" -b 64K -e 4K
 expect_error "unknown -d float8" "$@" "$bench" -d float8
 expect_error "-o avg needs a floating-point -d" "$@" "$bench" -d int32 -o avg
 expect_error "-r 2 is not a rank" "$@" "$bench" --op broadcast -r 2
+expect_error "unknown --device tpu" "$@" "$bench" --device tpu
+# Without a GPU (or without NCCL in the build), --device cuda says which.
+if [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -eq 0 ]; then
+  expect_error "--device cuda: " "$@" "$bench" --device cuda
+fi
 expect_error "cannot write $tmp/none/x.json" "$@" "$bench" --json "$tmp/none/x.json"
 
 printf "# a model\nconv.weight\n" > "$tmp/broken_grads.txt"
