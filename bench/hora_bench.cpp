@@ -447,6 +447,10 @@ class Bench {
 
     Row row;
     row.shape = shape;
+    if (cuda_) {  // the timed loops run on the device buffers: give them real values first
+      fillInputs(false);
+      uploadInputs();
+    }
     if (coll_.horaOutOfPlace) row.outOfPlace = timeHora(false);
     if (coll_.horaInPlace) row.inPlace = timeHora(true);
     if (opt_.mpi && fitsMpi()) row.mpi = timeBaseline([this] { mpiOnce(); });
