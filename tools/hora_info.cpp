@@ -7,6 +7,9 @@
 #include "base/error.h"
 #include "base/knobs.h"
 #include "hora_config.h"
+#if HORA_HAVE_NCCL
+#include "backends/nccl/nccl_device.h"  // no CUDA headers: a facade
+#endif
 
 int main() {
   std::printf("hora %s (%s build, %s)\n", HORA_VERSION, HORA_BUILDTYPE, HORA_COMPILER);
@@ -15,7 +18,14 @@ int main() {
               HORA_HAVE_GLOO ? "yes" : "no (built without Gloo)");
   std::printf("  cpu backends: mpi %s, gloo %s, self (world of one) yes\n",
               HORA_HAVE_MPI ? "yes" : "no", HORA_HAVE_GLOO ? "yes" : "no");
-  std::printf("  gpu backends: nccl no (issue 6)\n\n");
+#if HORA_HAVE_NCCL
+  const int gpus = hora::nccl_device::deviceCount();
+  std::printf("  gpu backends: nccl yes (untested on a GPU so far); %d CUDA device%s visible%s%s\n\n",
+              gpus, gpus == 1 ? "" : "s", gpus == 0 ? ": " : "",
+              gpus == 0 ? hora::nccl_device::whyNoDevice().c_str() : "");
+#else
+  std::printf("  gpu backends: nccl no (built without CUDA/NCCL/nvcc)\n\n");
+#endif
 
   hora::Knobs current;
   std::string error;

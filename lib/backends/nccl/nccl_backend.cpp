@@ -424,7 +424,9 @@ class NcclExecutor final : public DeviceExecutor {
     auto nap = std::chrono::microseconds(1);
     while (!nccl_device::eventDone(done_)) {
       ncclResult_t state = ncclSuccess;
-      if (ncclCommGetAsyncError(comm_.get(), &state) != ncclSuccess || (state != ncclSuccess && state != ncclInProgress)) {
+      const ncclResult_t r = ncclCommGetAsyncError(comm_.get(), &state);
+      if (r != ncclSuccess) state = r;
+      if (state != ncclSuccess && state != ncclInProgress) {
         comm_.fail(HORA_ERR_BACKEND, detail::concat(op, " '", response.agreed.name, "': NCCL error ",
                                                     ncclGetErrorString(state)));
       }
