@@ -36,8 +36,15 @@ if [ -x "$builddir/bench/hora-bench" ]; then
     -b 4K -e 256M -f 4 -w 20 -n 10 -d float -o sum --plot "$builddir/bench/allreduce.png"
   echo
   echo "== hora-grads: gradient steps of ResNet-50 and ViT-B/16 (3 timed per variant), 2 ranks"
-  # Few steps: ViT-B/16's 346 MB through one raw MPI_Allreduce takes a second or two here.
-  mpirun "${HORA_MPIRUN_BENCH_ARGS[@]}" -np 2 "$builddir/bench/hora-grads" --steps 3 --warmup 1
+  # The workloads sit next to the checkout (../shared/data); HORA_GRADS_DATA overrides.
+  data=${HORA_GRADS_DATA:-$(cd .. && pwd)/shared/data}
+  if [ -f "$data/resnet50_grads.txt" ] && [ -f "$data/vit_b_16_grads.txt" ]; then
+    # Few steps: ViT-B/16's 346 MB through one raw MPI_Allreduce takes a second or two here.
+    mpirun "${HORA_MPIRUN_BENCH_ARGS[@]}" -np 2 "$builddir/bench/hora-grads" --steps 3 --warmup 1 \
+      --model "$data/resnet50_grads.txt" --model "$data/vit_b_16_grads.txt"
+  else
+    echo "skipped: no resnet50_grads.txt and vit_b_16_grads.txt in $data (set HORA_GRADS_DATA)"
+  fi
 else
   echo "hora-bench was not built (needs MPI and -Dbench enabled)" >&2
 fi
