@@ -76,10 +76,11 @@ class Comm {
     if (comm_ == nullptr) return;
     nccl_device::setDevice(device_);
     // Orderly when it can be: finalize (flushes outstanding work, collective with the peers,
-    // who destroy theirs at the same response), bounded by the timeout, then destroy.
+    // who destroy theirs at the same response), then destroy; bounded like the rest of shutdown
+    // (10 s at most), so that a peer that is gone delays it only that long.
     const ncclResult_t r = broken_ ? ncclInternalError : ncclCommFinalize(comm_);
     if (r == ncclSuccess || r == ncclInProgress) {
-      const auto end = Clock::now() + deadline();
+      const auto end = Clock::now() + std::min<std::chrono::nanoseconds>(deadline(), std::chrono::seconds(10));
       ncclResult_t state = ncclInProgress;
       while (ncclCommGetAsyncError(comm_, &state) == ncclSuccess && state == ncclInProgress &&
              Clock::now() < end) {
