@@ -1,7 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-// The tensor queue: duplicate names, wake-ups, batching window, flush and close.
+// The tensor queue: duplicate names, wake-ups (its condition variable and the backend's bell),
+// batching window, flush and close.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "core/tensor_queue.h"
@@ -76,6 +80,88 @@ TEST(TensorQueue, BatchWindowCollectsLaterArrivalsAndFlushEndsIt) {
   flusher.join();
   EXPECT_EQ(got.size(), 1u);
   EXPECT_LT(steady_clock::now() - t0, seconds(10));
+}
+
+// A bell that records what the queue does with it; sleep() blocks on a condition variable until
+// rung (a ring that came after arm() ends it at once, as a futex with a stale ticket would).
+class FakeBell final : public PeerBell {
+ public:
+  bool arm(uint32_t *ticket) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++arms;
+    *ticket = rings_;
+    return !peerAhead;
+  }
+  void sleep(uint32_t ticket, std::chrono::nanoseconds limit) override {
+    std::unique_lock<std::mutex> lock(mutex_);
+    ++sleeps;
+    cv_.wait_for(lock, limit, [&] { return rings_ != ticket; });
+  }
+  void ring() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ++rings_;
+    }
+    cv_.notify_all();
+  }
+  uint32_t rings() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return rings_;
+  }
+  std::atomic<int> arms{0}, sleeps{0};
+  std::atomic<bool> peerAhead{false};
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  uint32_t rings_ = 0;
+};
+
+TEST(TensorQueue, ABusyEngineSleepsOnTheBellAndAPushRingsIt) {
+  TensorQueue q;
+  FakeBell bell;
+  q.setBell(&bell);
+  std::thread producer([&] {
+    while (bell.sleeps.load() == 0) std::this_thread::yield();  // the engine is on the bell
+    q.push(req("x"));
+  });
+  const auto t0 = steady_clock::now();
+  auto got = q.waitAndPop(true, steady_clock::now() + seconds(30), nanoseconds(0));
+  producer.join();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_LT(steady_clock::now() - t0, seconds(10)) << "the push did not ring the bell";
+  EXPECT_EQ(bell.rings(), 1u);
+  // Not sleeping on it: pushes and shutdown leave the bell alone.
+  q.push(req("y"));
+  q.requestShutdown();
+  EXPECT_EQ(bell.rings(), 1u);
+  q.setBell(nullptr);
+}
+
+TEST(TensorQueue, ShutdownRingsTheBellAndAPeerAheadMeansNoSleep) {
+  TensorQueue q;
+  FakeBell bell;
+  q.setBell(&bell);
+  std::thread stopper([&] {
+    while (bell.sleeps.load() == 0) std::this_thread::yield();
+    q.requestShutdown();
+  });
+  auto got = q.waitAndPop(true, steady_clock::now() + seconds(30), nanoseconds(0));
+  stopper.join();
+  EXPECT_TRUE(got.empty());
+  EXPECT_EQ(bell.rings(), 1u);
+
+  TensorQueue q2;
+  FakeBell ahead;
+  ahead.peerAhead = true;  // a peer already started the next cycle: go and join it
+  q2.setBell(&ahead);
+  const auto t0 = steady_clock::now();
+  got = q2.waitAndPop(true, steady_clock::now() + seconds(30), nanoseconds(0));
+  EXPECT_TRUE(got.empty());
+  EXPECT_EQ(ahead.arms.load(), 1);
+  EXPECT_EQ(ahead.sleeps.load(), 0);
+  EXPECT_LT(steady_clock::now() - t0, seconds(10));
+  q2.setBell(nullptr);
 }
 
 TEST(TensorQueue, ShutdownWakesAndCloseRefusesWithItsStatus) {
