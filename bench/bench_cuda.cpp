@@ -102,6 +102,9 @@ void *CudaSide::recv() const { return impl_->recv; }
 
 void CudaSide::upload(void *device, const void *host, size_t bytes) {
   cudaCheck(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to the device");
+  // From pageable memory cudaMemcpy may return before the data has landed, and the NCCL stream
+  // is non-blocking: wait, so that the raw NCCL column reads the new inputs.
+  cudaCheck(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
 }
 
 void CudaSide::download(void *host, const void *device, size_t bytes) const {

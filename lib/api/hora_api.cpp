@@ -293,13 +293,17 @@ void checkRequestPtr(const Call &call, hora_request_t *request_p) {
 
 void submit(Engine &engine, const Call &call, RequestMsg msg, std::vector<TensorArg> tensors,
             hora_request_t *request_p) {
-  msg.name = call.autoNamed ? nextAutoName(call.processSet, call.op) : call.name;
-  msg.op = call.op;
-  const Device device = msg.device;
-  auto request = std::make_shared<Request>(std::move(msg), call.processSet, std::move(tensors));
 #if HORA_HAVE_NCCL
   // The device work waits for what this thread had queued on its stream when it submitted.
-  if (!device.isCpu()) request->readyEvent = nccl_device::recordEvent(device.id, tlsCudaStream);
+  // Recorded before an automatic name is taken: a failure here must not shift this rank's names.
+  std::shared_ptr<void> ready;
+  if (!msg.device.isCpu()) ready = nccl_device::recordEvent(msg.device.id, tlsCudaStream);
+#endif
+  msg.name = call.autoNamed ? nextAutoName(call.processSet, call.op) : call.name;
+  msg.op = call.op;
+  auto request = std::make_shared<Request>(std::move(msg), call.processSet, std::move(tensors));
+#if HORA_HAVE_NCCL
+  request->readyEvent = std::move(ready);
 #endif
   auto *handle = new hora_request{request};
   try {

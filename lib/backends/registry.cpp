@@ -106,11 +106,11 @@ std::unique_ptr<Group> createStoreGroup(std::shared_ptr<TcpStoreClient> store,
 }
 
 std::unique_ptr<DeviceExecutor> createDeviceExecutor(ControlPlane &control, int device,
-                                                     const Knobs &knobs) {
+                                                     int localRank, const Knobs &knobs) {
 #if HORA_HAVE_NCCL
-  return createNcclExecutor(control, device, knobs.timeoutS);
+  return createNcclExecutor(control, device, localRank, knobs.timeoutS);
 #else
-  (void)control, (void)device, (void)knobs;
+  (void)control, (void)device, (void)localRank, (void)knobs;
   HORA_THROW(HORA_ERR_UNSUPPORTED, "a CUDA tensor, but this build has no NCCL backend");
 #endif
 }

@@ -23,10 +23,11 @@ std::unique_ptr<Group> createStoreGroup(std::shared_ptr<TcpStoreClient> store,
                                         const std::string &prefix, int rank, int size,
                                         const std::string &localAddress, double timeoutS);
 
-// The executor for tensors on `device` (a CUDA ordinal) for the set behind `control`: NCCL.
-// Collective over the set. Throws Error(UNSUPPORTED) in a build without NCCL.
+// The executor for tensors on `device` (a CUDA ordinal; < 0: local rank modulo the GPUs) for
+// the set behind `control`: NCCL. Collective over the set. Throws Error(UNSUPPORTED) in a build
+// without NCCL.
 std::unique_ptr<DeviceExecutor> createDeviceExecutor(ControlPlane &control, int device,
-                                                     const Knobs &knobs);
+                                                     int localRank, const Knobs &knobs);
 
 // A world of one: copies.
 std::unique_ptr<Backend> createSelfBackend();

@@ -25,6 +25,7 @@ std::shared_ptr<Engine> Engine::start(const Knobs &knobs) {
     e->engineCpu_ = engineCpuForThisProcess(e->knobs_.threadAffinity, e->topology_.localRank,
                                             e->topology_.localSize);
     parts.cpu = e->engineCpu_;
+    parts.localRank = e->topology_.localRank;
     e->worldGroup_ = parts.group.get();
     e->backendName_ = parts.backend->name();
     return parts;
@@ -173,6 +174,7 @@ void Engine::runSetOp(Request *request, const Response &response) {
         parts.group.reset(g);
         parts.backend = createCpuBackend(knobs_, *bootstrap_, *parts.group);
         parts.cpu = engineCpu_;  // every engine of a rank on its one CPU
+        parts.localRank = topology_.localRank;
         return parts;
       };
       info.engine = SetEngine::start(id, knobs_, setup, nullptr);

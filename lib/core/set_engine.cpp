@@ -225,12 +225,10 @@ void SetEngine::executeOnDevice(const std::vector<Request *> &requests,
                                 const std::vector<const Response *> &members) {
   const Response &first = *members.front();
   if (!device_) {
-    // This rank's device: its own tensor's (a joined rank, with none, uses the agreed one).
-    int device = first.agreed.device.id;
-    for (Request *r : requests) {
-      if (!r->isStandIn()) device = r->msg().device.id;
-    }
-    device_ = createDeviceExecutor(parts_.group->control(), device, knobs_);
+    // This rank's GPU: its tensors' (submit() keeps them on one); a rank that joined before its
+    // first CUDA op has none, and takes its local rank's.
+    device_ = createDeviceExecutor(parts_.group->control(), cudaDevice_.load(), parts_.localRank,
+                                   knobs_);
   }
   const int contributors = size_ - static_cast<int>(first.joined.size());
   switch (first.agreed.op) {
@@ -249,6 +247,19 @@ void SetEngine::executeOnDevice(const std::vector<Request *> &requests,
       HORA_THROW(HORA_ERR_INTERNAL, opTypeName(first.agreed.op), " '", first.agreed.name,
                  "' on a device");
   }
+}
+
+void SetEngine::submit(RequestPtr request) {
+  const Device device = request->msg().device;
+  if (!device.isCpu()) {
+    int first = -1;
+    if (!cudaDevice_.compare_exchange_strong(first, device.id) && first != device.id) {
+      HORA_THROW(HORA_ERR_INVALID_ARGUMENT, opTypeName(request->msg().op), " '", request->name(),
+                 "': on cuda:", device.id, ", but this rank's CUDA tensors in process set ", id_,
+                 " are on cuda:", first, "; one GPU per rank and process set");
+    }
+  }
+  queue_.push(std::move(request));
 }
 
 RequestPtr SetEngine::finish(const std::string &name, const Status &status) {

@@ -38,6 +38,7 @@ class SetEngine {
     std::unique_ptr<Group> group;
     std::unique_ptr<Backend> backend;
     int cpu = -1;  // the CPU the thread binds itself to (HORA_THREAD_AFFINITY), -1 for none
+    int localRank = 0;  // this rank's on its host: its GPU when no tensor names one
   };
   // Starts the thread, which runs `setup` to get its group and backend, and returns once that is
   // done. Throws Error with the status setup failed with.
@@ -48,7 +49,9 @@ class SetEngine {
   SetEngine &operator=(const SetEngine &) = delete;
 
   // Any thread. Throws Error(HORA_ERR_DUPLICATE_NAME), or the status the engine stopped with.
-  void submit(RequestPtr request) { queue_.push(std::move(request)); }
+  // Any thread. Throws Error(HORA_ERR_INVALID_ARGUMENT) for a CUDA tensor on another GPU than
+  // this rank's earlier ones in the set (one NCCL communicator per set and rank: one GPU).
+  void submit(RequestPtr request);
   // Any thread: a caller is about to block on results; stop holding tensors back for fusion.
   void flush() { queue_.requestFlush(); }
   // Any thread: ask for the collective stop (every member stops in the same cycle; pending
@@ -94,6 +97,7 @@ class SetEngine {
   std::unique_ptr<Executor> executor_;
   // CUDA tensors' executor (NCCL), made at the set's first CUDA response: one GPU per rank and set.
   std::unique_ptr<DeviceExecutor> device_;
+  std::atomic<int> cudaDevice_{-1};  // the GPU of this rank's first CUDA submission in the set
   void executeOnDevice(const std::vector<Request *> &requests,
                        const std::vector<const Response *> &members);
   PendingMap pending_;

@@ -141,15 +141,18 @@ class Comm {
     }
   }
 
-  // Aborts the communicator (so no call on it waits any longer) and throws.
+  // Aborts the communicator (so no call on it waits any longer, here or on the peers, and no
+  // kernel of it keeps running) and throws.
   [[noreturn]] void fail(hora_status_t status, const std::string &why) {
-    if (!broken_) {
-      broken_ = true;
-      brokenWhy_ = why;
-      ncclCommAbort(comm_);
-      comm_ = nullptr;
-    }
+    abort(why);
     HORA_THROW(status, why, " (rank ", rank_, " of ", size_, ", cuda:", device_, ")");
+  }
+  void abort(const std::string &why) {
+    if (broken_) return;
+    broken_ = true;
+    brokenWhy_ = why;
+    ncclCommAbort(comm_);
+    comm_ = nullptr;
   }
 
  private:
@@ -202,10 +205,42 @@ class PreMulSum {
   bool created_ = false;
 };
 
+// ncclGroupStart .. ncclGroupEnd that is always closed: a failure inside is reported (and the
+// communicator aborted) only once the group is closed, because an abort inside an open group
+// never completes its cleanup.
+class GroupCalls {
+ public:
+  explicit GroupCalls(Comm &comm) : comm_(comm) { open_ = ncclGroupStart() == ncclSuccess; }
+  ~GroupCalls() {
+    if (open_) ncclGroupEnd();
+  }
+  GroupCalls(const GroupCalls &) = delete;
+  GroupCalls &operator=(const GroupCalls &) = delete;
+  void add(ncclResult_t r, const char *what) {
+    if (failed_ == ncclSuccess && r != ncclSuccess && r != ncclInProgress) {
+      failed_ = r;
+      what_ = what;
+    }
+  }
+  void close() {
+    HORA_ENFORCE(open_, "ncclGroupStart failed");
+    open_ = false;
+    const ncclResult_t end = ncclGroupEnd();
+    if (failed_ != ncclSuccess) comm_.call(failed_, what_);
+    comm_.call(end, "ncclGroupEnd");
+  }
+
+ private:
+  Comm &comm_;
+  bool open_ = false;
+  ncclResult_t failed_ = ncclSuccess;
+  const char *what_ = "";
+};
+
 class NcclExecutor final : public DeviceExecutor {
  public:
   NcclExecutor(ControlPlane &control, int device, double timeoutS)
-      : comm_(control, device, timeoutS), stream_(device) {
+      : stream_(device), comm_(control, device, timeoutS) {
     cudaEvent_t e = nullptr;
     nccl_device::check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
     done_ = e;
@@ -217,8 +252,44 @@ class NcclExecutor final : public DeviceExecutor {
     if (done_ != nullptr) cudaEventDestroy(done_);
   }
 
+  // Every op: any failure after work may have been queued aborts the communicator, so that no
+  // NCCL kernel keeps waiting (here or on a peer) and nothing writes the tensors later.
   void allreduce(const std::vector<Request *> &requests, const Response &response,
                  int contributors) override {
+    guarded([&] { runAllreduce(requests, response, contributors); });
+  }
+  void broadcast(Request &request, const Response &response) override {
+    guarded([&] { runBroadcast(request, response); });
+  }
+  void allgather(Request &request, const Response &response) override {
+    guarded([&] { runAllgather(request, response); });
+  }
+  void alltoall(Request &request, const Response &response) override {
+    guarded([&] { runAlltoall(request, response); });
+  }
+  void reducescatter(Request &request, const Response &response, int contributors) override {
+    guarded([&] { runReducescatter(request, response, contributors); });
+  }
+
+ private:
+  template <typename F>
+  void guarded(F &&op) {
+    comm_.usable();
+    try {
+      op();
+    } catch (const Error &e) {
+      // An op refused on its agreed parameters fails the same way on every rank, before any
+      // work is queued: the communicator stays.
+      if (blastRadius(e.status()) != BlastRadius::kThisOp) comm_.abort(e.message());
+      throw;
+    } catch (const std::exception &e) {
+      comm_.abort(e.what());
+      throw;
+    }
+  }
+
+  void runAllreduce(const std::vector<Request *> &requests, const Response &response,
+                    int contributors) {
     begin(requests);
     const RequestMsg &agreed = response.agreed;
     const DType dtype = agreed.dtype;
@@ -266,20 +337,21 @@ class NcclExecutor final : public DeviceExecutor {
     end(response, "allreduce");
   }
 
-  void broadcast(Request &request, const Response &response) override {
+  void runBroadcast(Request &request, const Response &response) {
     begin({&request});
     const size_t esize = dtypeSize(response.agreed.dtype);
-    comm_.call(ncclGroupStart(), "ncclGroupStart");
-    for (const TensorArg &t : deviceTensors(request)) {
-      comm_.call(ncclBroadcast(t.out, t.out, static_cast<size_t>(t.numel) * esize, ncclUint8,
-                               response.agreed.root, comm_.get(), stream()),
-                 "ncclBroadcast");
+    const std::vector<TensorArg> tensors = deviceTensors(request);
+    GroupCalls group(comm_);
+    for (const TensorArg &t : tensors) {
+      group.add(ncclBroadcast(t.out, t.out, static_cast<size_t>(t.numel) * esize, ncclUint8,
+                              response.agreed.root, comm_.get(), stream()),
+                "ncclBroadcast");
     }
-    comm_.call(ncclGroupEnd(), "ncclGroupEnd");
+    group.close();
     end(response, "broadcast");
   }
 
-  void allgather(Request &request, const Response &response) override {
+  void runAllgather(Request &request, const Response &response) {
     begin({&request});
     const size_t n = static_cast<size_t>(comm_.size());
     const Shape &mine = request.msg().shapes.at(0);
@@ -298,19 +370,19 @@ class NcclExecutor final : public DeviceExecutor {
       comm_.call(ncclAllGather(in, out, static_cast<size_t>(blocks[0]), ncclUint8, comm_.get(), stream()),
                  "ncclAllGather");
     } else {
-      comm_.call(ncclGroupStart(), "ncclGroupStart");
+      GroupCalls group(comm_);
       for (size_t r = 0; r < n; ++r) {
         if (blocks[r] == 0) continue;
-        comm_.call(ncclBroadcast(in, out + plan.offsets[r], static_cast<size_t>(blocks[r]), ncclUint8,
-                                 static_cast<int>(r), comm_.get(), stream()),
-                   "ncclBroadcast (allgather with uneven blocks)");
+        group.add(ncclBroadcast(in, out + plan.offsets[r], static_cast<size_t>(blocks[r]), ncclUint8,
+                                static_cast<int>(r), comm_.get(), stream()),
+                  "ncclBroadcast (allgather with uneven blocks)");
       }
-      comm_.call(ncclGroupEnd(), "ncclGroupEnd");
+      group.close();
     }
     end(response, "allgather");
   }
 
-  void alltoall(Request &request, const Response &response) override {
+  void runAlltoall(Request &request, const Response &response) {
     begin({&request});
     const size_t n = static_cast<size_t>(comm_.size()), me = static_cast<size_t>(comm_.rank());
     const Shape &mine = request.msg().shapes.at(0);
@@ -331,24 +403,24 @@ class NcclExecutor final : public DeviceExecutor {
     char *out = static_cast<char *>(deviceOutput(request, outShape, static_cast<size_t>(total)));
     const char *in = static_cast<const char *>(deviceTensors(request).at(0).in);
     copy(out + plan.selfRecvOffset, in + plan.selfSendOffset, static_cast<size_t>(plan.selfBytes));
-    comm_.call(ncclGroupStart(), "ncclGroupStart");
+    GroupCalls group(comm_);
     for (const Transfer &t : plan.transfers) {
       if (t.sendBytes > 0) {
-        comm_.call(ncclSend(in + t.sendOffset, static_cast<size_t>(t.sendBytes), ncclUint8, t.peer,
-                            comm_.get(), stream()),
-                   "ncclSend (alltoall)");
+        group.add(ncclSend(in + t.sendOffset, static_cast<size_t>(t.sendBytes), ncclUint8, t.peer,
+                           comm_.get(), stream()),
+                  "ncclSend (alltoall)");
       }
       if (t.recvBytes > 0) {
-        comm_.call(ncclRecv(out + t.recvOffset, static_cast<size_t>(t.recvBytes), ncclUint8, t.peer,
-                            comm_.get(), stream()),
-                   "ncclRecv (alltoall)");
+        group.add(ncclRecv(out + t.recvOffset, static_cast<size_t>(t.recvBytes), ncclUint8, t.peer,
+                           comm_.get(), stream()),
+                  "ncclRecv (alltoall)");
       }
     }
-    comm_.call(ncclGroupEnd(), "ncclGroupEnd");
+    group.close();
     end(response, "alltoall");
   }
 
-  void reducescatter(Request &request, const Response &response, int contributors) override {
+  void runReducescatter(Request &request, const Response &response, int contributors) {
     begin({&request});
     const RequestMsg &agreed = response.agreed;
     const DType dtype = agreed.dtype;
@@ -384,21 +456,20 @@ class NcclExecutor final : public DeviceExecutor {
                                    comm_.get(), stream()),
                  "ncclReduceScatter");
     } else {
-      comm_.call(ncclGroupStart(), "ncclGroupStart");
+      GroupCalls group(comm_);
       for (size_t r = 0; r < n; ++r) {
         if (counts[r] == 0) continue;
-        comm_.call(ncclReduce(in + split.offsets[r] * static_cast<int64_t>(esize), out,
-                              static_cast<size_t>(counts[r]), toNccl(dtype), op, static_cast<int>(r),
-                              comm_.get(), stream()),
-                   "ncclReduce (reducescatter with uneven blocks)");
+        group.add(ncclReduce(in + split.offsets[r] * static_cast<int64_t>(esize), out,
+                             static_cast<size_t>(counts[r]), toNccl(dtype), op, static_cast<int>(r),
+                             comm_.get(), stream()),
+                  "ncclReduce (reducescatter with uneven blocks)");
       }
-      comm_.call(ncclGroupEnd(), "ncclGroupEnd");
+      group.close();
     }
     scale(out, counts[me], dtype, plan.kernelPostscale);
     end(response, "reducescatter");
   }
 
- private:
   cudaStream_t stream() const { return static_cast<cudaStream_t>(stream_.handle()); }
 
   static int64_t rowElements(const Shape &shape) {
@@ -487,17 +558,24 @@ class NcclExecutor final : public DeviceExecutor {
     nccl_device::check(nccl_kernels::scale(buf, count, dtype, factor, stream()), "scaling kernel");
   }
 
-  Comm comm_;
   nccl_device::Stream stream_;
   cudaEvent_t done_ = nullptr;
   std::unique_ptr<nccl_device::Buffer> fusion_;
   std::vector<std::unique_ptr<nccl_device::Buffer>> scratch_;  // stand-ins' zeros, per call
+  // Last: destroyed first, so that its kernels are finalised or aborted before the buffers
+  // they use are freed (cudaFree waits for the device).
+  Comm comm_;
 };
 
 }  // namespace
 
-std::unique_ptr<DeviceExecutor> createNcclExecutor(ControlPlane &control, int device,
+std::unique_ptr<DeviceExecutor> createNcclExecutor(ControlPlane &control, int device, int localRank,
                                                    double timeoutS) {
+  if (device < 0) {  // no tensor of this rank named one (it joined): its local rank's GPU
+    const int gpus = nccl_device::deviceCount();
+    if (gpus == 0) HORA_THROW(HORA_ERR_BACKEND, "no CUDA device: ", nccl_device::whyNoDevice());
+    device = localRank % gpus;
+  }
   return std::make_unique<NcclExecutor>(control, device, timeoutS);
 }
 

@@ -13,7 +13,8 @@ namespace hora {
 // NCCL's unique id, the control plane (MPI or hora's TCP store) carries it to the others, and
 // every rank joins a non-blocking communicator on `device`, waiting at most timeoutS before
 // aborting it with HORA_ERR_TIMEOUT. Throws Error(HORA_ERR_BACKEND) naming NCCL's error.
-std::unique_ptr<DeviceExecutor> createNcclExecutor(ControlPlane &control, int device,
+// device < 0: this rank has no tensor naming one (it joined): local rank modulo the GPUs.
+std::unique_ptr<DeviceExecutor> createNcclExecutor(ControlPlane &control, int device, int localRank,
                                                    double timeoutS);
 
 }  // namespace hora

@@ -40,11 +40,10 @@ Buffer::Buffer(int device, size_t bytes) : device_(device), bytes_(bytes) {
   if (bytes > 0) check(cudaMalloc(&data_, bytes), "cudaMalloc");
 }
 
+// No cudaSetDevice: cudaFree does not need the device current, and the thread that drops the
+// last reference (a user's, for an output hora allocated) keeps its own.
 Buffer::~Buffer() {
-  if (data_ != nullptr) {
-    cudaSetDevice(device_);
-    cudaFree(data_);
-  }
+  if (data_ != nullptr) cudaFree(data_);
 }
 
 void Buffer::upload(const void *host, size_t bytes, size_t offset) {
@@ -52,6 +51,9 @@ void Buffer::upload(const void *host, size_t bytes, size_t offset) {
   setDevice(device_);
   check(cudaMemcpy(static_cast<char *>(data_) + offset, host, bytes, cudaMemcpyHostToDevice),
         "cudaMemcpy to the device");
+  // From pageable memory cudaMemcpy may return before the data has landed; work on a
+  // non-blocking stream would not wait for it.
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize after an upload");
 }
 
 void Buffer::download(void *host, size_t bytes, size_t offset) const {
@@ -69,10 +71,7 @@ Stream::Stream(int device) : device_(device) {
 }
 
 Stream::~Stream() {
-  if (stream_ != nullptr) {
-    cudaSetDevice(device_);
-    cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
-  }
+  if (stream_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
 }
 
 void Stream::waitFor(void *event) {
