@@ -478,10 +478,9 @@ class NcclExecutor final : public DeviceExecutor {
     return e;
   }
 
-  // Every call starts here: on this device, on a live communicator, after the callers' work.
+  // Every call starts here: on this device, after the callers' work.
   void begin(const std::vector<Request *> &requests) {
-    comm_.usable();
-    nccl_device::setDevice(comm_.device());
+    nccl_device::setDevice(comm_.device());  // guarded() has checked the communicator
     scratch_.clear();
     for (Request *r : requests) {
       if (r->readyEvent) stream_.waitFor(r->readyEvent.get());
