@@ -97,9 +97,10 @@ const std::vector<KnobSpec> kTable = {
      [](const Knobs &k) { return k.cpuBackend; }},
     {"HORA_SHM", "auto",
      "intra-host allreduce through shared memory when every rank of a set is on one host: auto "
-     "or off",
+     "(staged through a shared segment), cma (large tensors read straight from the peers' "
+     "memory with process_vm_readv), or off",
      [](const std::string &t, Knobs &k, std::string *why) {
-       return parseChoice(t, {"auto", "off"}, &k.shm, why);
+       return parseChoice(t, {"auto", "cma", "off"}, &k.shm, why);
      },
      [](const Knobs &k) { return k.shm; }},
     {"HORA_THREAD_AFFINITY", "auto",

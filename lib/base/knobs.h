@@ -17,7 +17,7 @@ struct Knobs {
   double cycleTimeMs = 0.5;
   int64_t cacheCapacity = 1024;
   std::string cpuBackend = "auto";  // auto, mpi, gloo
-  std::string shm = "auto";         // auto, off: the intra-host allreduce path
+  std::string shm = "auto";         // auto, cma, off: the intra-host allreduce path
   std::string threadAffinity = "auto";  // auto, off, or one CPU per local rank: "0,1"
   std::string timeline;             // empty = off
   double stallWarningS = 60;

@@ -61,13 +61,15 @@ TEST(Knobs, ParsesValues) {
                      {"HORA_CACHE_CAPACITY", "0"},
                      {"HORA_LOG_LEVEL", "DEBUG"},
                      {"HORA_BOOTSTRAP", "single"},
-                     {"HORA_THREAD_AFFINITY", "0,8,16"}});
+                     {"HORA_THREAD_AFFINITY", "0,8,16"},
+                     {"HORA_SHM", "cma"}});
   EXPECT_EQ(k.fusionThreshold, 1 << 20);
   EXPECT_DOUBLE_EQ(k.cycleTimeMs, 2.5);
   EXPECT_EQ(k.cacheCapacity, 0);
   EXPECT_EQ(k.logLevel, LogLevel::kDebug);
   EXPECT_EQ(k.bootstrap, "single");
   EXPECT_EQ(k.threadAffinity, "0,8,16");
+  EXPECT_EQ(k.shm, "cma");
 }
 
 TEST(Knobs, ParseBytes) {
@@ -94,7 +96,7 @@ TEST(Knobs, BadValuesNameTheKnobAndTheValue) {
       {"HORA_CPU_BACKEND", "ucx"},       {"HORA_CYCLE_TIME_MS", "nan"},
       {"HORA_THREAD_AFFINITY", "on"},    {"HORA_THREAD_AFFINITY", "0,,1"},
       {"HORA_THREAD_AFFINITY", "1,"},    {"HORA_THREAD_AFFINITY", "-1"},
-      {"HORA_THREAD_AFFINITY", ""}};
+      {"HORA_THREAD_AFFINITY", ""},      {"HORA_SHM", "staged"}};
   for (const auto &kv : bad) {
     try {
       fromMap({{kv.first, kv.second}});

@@ -17,6 +17,7 @@
 
 #include "backends/shm/shm_backend.h"
 #include "backends/shm/shm_segment.h"
+#include "base/dtype.h"
 #include "base/error.h"
 #include "thread_group.h"
 
@@ -212,17 +213,21 @@ RankData cutVector(int rank, int64_t total, bool inPlace, const std::vector<floa
   return d;
 }
 
-class ShmAllreduce : public ::testing::TestWithParam<std::tuple<int, int64_t>> {};
+// (ranks, elements, HORA_SHM): "auto" stages through the segment, "cma" reads peers' tensors
+// directly (the ranks are threads of one process here, which process_vm_readv serves as well).
+class ShmAllreduce : public ::testing::TestWithParam<std::tuple<int, int64_t, std::string>> {};
 
 TEST_P(ShmAllreduce, SumAndMaxWithScalingMatchAnIndependentSum) {
   const int ranks = std::get<0>(GetParam());
   const int64_t total = std::get<1>(GetParam());
+  Knobs knobs;
+  knobs.shm = std::get<2>(GetParam());
   ThreadGroup tg(ranks);
   std::atomic<int> wrong{0};
   runRanks(ranks, [&](int r) {
     std::string why;
-    std::unique_ptr<Backend> b = makeShm(tg, r, Knobs{}, &why);
-    ASSERT_STREQ(b->name(), "inner+shm") << why;
+    std::unique_ptr<Backend> b = makeShm(tg, r, knobs, &why);
+    ASSERT_STREQ(b->name(), knobs.shm == "cma" ? "inner+shm/single-copy" : "inner+shm") << why;
     auto value = [](int q, int64_t j) { return static_cast<float>((j * 13 + q * 5) % 97 - 40); };
     for (bool inPlace : {false, true}) {
       std::vector<float> mine(static_cast<size_t>(total));
@@ -261,16 +266,91 @@ TEST_P(ShmAllreduce, SumAndMaxWithScalingMatchAnIndependentSum) {
   EXPECT_EQ(wrong.load(), 0);
 }
 
-std::string shmName(const ::testing::TestParamInfo<std::tuple<int, int64_t>> &info) {
+std::string shmName(const ::testing::TestParamInfo<std::tuple<int, int64_t, std::string>> &info) {
   return "ranks" + std::to_string(std::get<0>(info.param)) + "_n" +
-         std::to_string(std::get<1>(info.param));
+         std::to_string(std::get<1>(info.param)) + "_" + std::get<2>(info.param);
 }
 
-// 5 and 8000 elements go through the eager staging; 8200 is one window; 300001 is several.
+// 5 and 8000 elements go through the eager staging; 8200 is one window (staged) or one chunk
+// (cma); 300001 is several of either.
 INSTANTIATE_TEST_SUITE_P(Sizes, ShmAllreduce,
                          ::testing::Combine(::testing::Values(2, 3),
-                                            ::testing::Values<int64_t>(5, 8000, 8200, 300001)),
+                                            ::testing::Values<int64_t>(5, 8000, 8200, 300001),
+                                            ::testing::Values("auto", "cma")),
                          shmName);
+
+// More tensors in one operation than a rank's single-copy table holds (4096): every rank sees
+// that after the first barrier and stages the operation instead, with the same result.
+TEST(ShmBackend, MoreTensorsThanTheTableHoldsAreStaged) {
+  constexpr int kRanks = 2;
+  ThreadGroup tg(kRanks);
+  runRanks(kRanks, [&](int r) {
+    std::string why;
+    Knobs knobs;
+    knobs.shm = "cma";
+    std::unique_ptr<Backend> b = makeShm(tg, r, knobs, &why);
+    ASSERT_STREQ(b->name(), "inner+shm/single-copy") << why;
+    for (size_t tensors : {size_t{4096}, size_t{4097}, size_t{6000}}) {
+      std::vector<std::vector<double>> t(tensors, std::vector<double>(9));
+      std::vector<Backend::Span> spans;
+      for (size_t i = 0; i < tensors; ++i) {
+        for (size_t k = 0; k < 9; ++k) t[i][k] = static_cast<double>(i * 9 + k) * (r + 1);
+        spans.push_back({t[i].data(), t[i].data(), 9});
+      }
+      ASSERT_TRUE(b->allreduceSpans(spans, DType::kFloat64, ReduceOp::kSum, 1.0, 1.0));
+      for (size_t i = 0; i < tensors; ++i) {
+        for (size_t k = 0; k < 9; ++k) {
+          ASSERT_EQ(t[i][k], 3.0 * static_cast<double>(i * 9 + k)) << tensors << " tensors, " << i;
+        }
+      }
+    }
+  });
+}
+
+// Peers' tensors are read while this rank writes its own share, and the other way round: float16
+// in place, out of place and cut at different places on each rank.
+TEST(ShmBackend, SingleCopyHalfPrecisionMatchesAnIndependentSum) {
+  constexpr int kRanks = 3;
+  constexpr int64_t kTotal = 200003;
+  ThreadGroup tg(kRanks);
+  std::atomic<int> wrong{0};
+  runRanks(kRanks, [&](int r) {
+    std::string why;
+    Knobs knobs;
+    knobs.shm = "cma";
+    std::unique_ptr<Backend> b = makeShm(tg, r, knobs, &why);
+    ASSERT_STREQ(b->name(), "inner+shm/single-copy") << why;
+    auto value = [](int q, int64_t j) { return static_cast<float>((j * 7 + q * 3) % 61 - 30); };
+    for (bool inPlace : {true, false}) {
+      std::vector<float> mine(static_cast<size_t>(kTotal));
+      for (int64_t j = 0; j < kTotal; ++j) mine[static_cast<size_t>(j)] = value(r, j);
+      RankData d = cutVector(r, kTotal, inPlace, mine);
+      // The same cut, as float16 (small integers: exact in float16, their sums too).
+      std::vector<std::vector<uint16_t>> in16, out16;
+      std::vector<Backend::Span> spans;
+      for (size_t i = 0; i < d.in.size(); ++i) {
+        in16.emplace_back(d.in[i].size());
+        for (size_t k = 0; k < d.in[i].size(); ++k) in16.back()[k] = floatToHalf(d.in[i][k]);
+        out16.emplace_back(inPlace ? 0 : d.in[i].size(), 0);
+      }
+      for (size_t i = 0; i < in16.size(); ++i) {
+        spans.push_back({in16[i].data(), inPlace ? in16[i].data() : out16[i].data(),
+                         static_cast<int64_t>(in16[i].size())});
+      }
+      ASSERT_TRUE(b->allreduceSpans(spans, DType::kFloat16, ReduceOp::kSum, 1.0, 1.0));
+      int64_t j = 0;
+      for (const Backend::Span &s : spans) {
+        const uint16_t *got = static_cast<const uint16_t *>(s.out);
+        for (int64_t i = 0; i < s.count; ++i, ++j) {
+          float expect = 0;
+          for (int q = 0; q < kRanks; ++q) expect += value(q, j);
+          if (halfToFloat(got[i]) != expect) ++wrong;
+        }
+      }
+    }
+  });
+  EXPECT_EQ(wrong.load(), 0);
+}
 
 TEST(ShmBackend, NegotiationAndMatchesABitwiseAndOfEveryRank) {
   constexpr int kRanks = 3;

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "backends/shm/cma.h"
 #include "backends/shm/shm_segment.h"
 #include "base/error.h"
 #include "base/logging.h"
@@ -18,6 +19,9 @@ namespace {
 constexpr int64_t kEagerBytes = 32 << 10;    // largest op that goes through the staging slots
 constexpr int64_t kWindowBytes = 1 << 20;    // bytes of the vector reduced per round: stays in cache
 constexpr int64_t kAndBytes = 64 << 10;      // largest negotiation bit vector taken here
+constexpr int64_t kChunkBytes = 128 << 10;   // single copy: peer data read per step, stays in L2
+constexpr uint32_t kTableEntries = 4096;     // single copy: most tensors one op can publish
+constexpr uint32_t kTableOverflow = ~0u;     // OpDescriptor::spans of a rank that had more
 
 // One per rank, written only by its rank: who it is and the operation it is running, which peers
 // check after the first barrier of each operation. A peer can be at most one operation ahead
@@ -28,10 +32,18 @@ struct OpDescriptor {
   int64_t total;
   uint32_t dtype;
   uint32_t op;
+  uint32_t spans;  // single copy: entries in the rank's table, or kTableOverflow
 };
 struct alignas(64) Slot {
   int32_t pid;
+  uint64_t probeAddr;  // where this rank's cross-memory-attach probe value lives, in its memory
   OpDescriptor ops[2];
+};
+// Single copy: one tensor of a rank's operation, at addresses in that rank's process.
+struct TableEntry {
+  uint64_t in;
+  uint64_t out;
+  int64_t count;
 };
 
 static_assert(std::atomic<uint32_t>::is_always_lock_free && std::atomic<uint64_t>::is_always_lock_free,
@@ -90,30 +102,62 @@ class SpanTable {
   std::vector<int64_t> start_;
 };
 
+// A peer's published tensors (addresses in its process) as one vector of elements.
+class PeerTable {
+ public:
+  void assign(const TableEntry *entries, uint32_t n) {
+    entries_ = entries;
+    start_.resize(n + 1);
+    start_[0] = 0;
+    for (uint32_t i = 0; i < n; ++i) start_[i + 1] = start_[i] + entries[i].count;
+  }
+  // The peer's input (or output) bytes holding elements [a, b), appended to a cleared `into`.
+  void ranges(int64_t a, int64_t b, size_t esize, bool out, cma::IovList &into) const {
+    into.clear();
+    size_t i = static_cast<size_t>(std::upper_bound(start_.begin(), start_.end(), a) - start_.begin()) - 1;
+    for (int64_t at = a; at < b && i + 1 < start_.size(); ++i) {
+      const int64_t end = std::min(b, start_[i + 1]);
+      if (end <= at) continue;
+      const uint64_t base = out ? entries_[i].out : entries_[i].in;
+      into.add(reinterpret_cast<const void *>(base + static_cast<uint64_t>(at - start_[i]) * esize),
+               static_cast<size_t>(end - at) * esize);
+      at = end;
+    }
+  }
+
+ private:
+  const TableEntry *entries_ = nullptr;
+  std::vector<int64_t> start_;
+};
+
 class ShmBackend final : public Backend {
  public:
   ShmBackend(std::unique_ptr<Backend> inner, std::unique_ptr<ShmSegment> segment, int rank,
-             int size, double timeoutS)
+             int size, double timeoutS, bool singleCopy)
       : inner_(std::move(inner)),
         segment_(std::move(segment)),
         rank_(rank),
         size_(size),
         timeoutS_(timeoutS),
+        wantSingleCopy_(singleCopy),
         name_(std::string(inner_->name()) + "+shm") {
     char *base = static_cast<char *>(segment_->base());
     slots_ = reinterpret_cast<Slot *>(base + slotsOffset());
     areas_ = base + areasOffset(size_);
     Slot &mine = slots_[rank_];
     mine.pid = getpid();
+    probe_ = 0x686f7261'0000'0000ull ^ static_cast<uint64_t>(mine.pid);
+    mine.probeAddr = reinterpret_cast<uint64_t>(&probe_);
     barrierState_ = reinterpret_cast<ShmBarrierState *>(base);
   }
 
   // Per rank, in this order: two eager staging halves, the window export area, two result areas,
-  // two negotiation bit vectors.
+  // two negotiation bit vectors, the single-copy table.
   static constexpr size_t kExportAt = 2 * kEagerBytes;
   static constexpr size_t kResultAt = kExportAt + kWindowBytes;
   static constexpr size_t kAndAt = kResultAt + 2 * kWindowBytes;
-  static size_t areaBytes() { return roundUp(kAndAt + 2 * kAndBytes, 4096); }
+  static constexpr size_t kTableAt = kAndAt + 2 * kAndBytes;
+  static size_t areaBytes() { return roundUp(kTableAt + kTableEntries * sizeof(TableEntry), 4096); }
   static size_t slotsOffset() { return roundUp(sizeof(ShmBarrierState), 4096); }
   static size_t areasOffset(int size) {
     return roundUp(slotsOffset() + sizeof(Slot) * static_cast<size_t>(size), 4096);
@@ -130,9 +174,25 @@ class ShmBackend final : public Backend {
     for (int r = 0; r < size_; ++r) pids[static_cast<size_t>(r)] = slots_[r].pid;
     // Spinning before sleeping pays only when every rank has a core of its own.
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    barrier_ = std::make_unique<ShmBarrier>(barrierState_, rank_, std::move(pids), timeoutS_,
-                                            cores >= size_);
+    barrier_ = std::make_unique<ShmBarrier>(barrierState_, rank_, pids, timeoutS_, cores >= size_);
     bell_ = std::make_unique<ShmBell>(barrierState_, rank_, size_);
+    pids_ = std::move(pids);
+
+    // Single copy needs every rank able to read every peer's memory: all take it or none does.
+    std::string why = wantSingleCopy_ ? "" : "HORA_SHM is not cma";
+    for (int r = 0; r < size_ && why.empty(); ++r) {
+      if (r == rank_) continue;
+      cma::canRead(pids_[static_cast<size_t>(r)], slots_[r].probeAddr,
+                   0x686f7261'0000'0000ull ^ static_cast<uint64_t>(pids_[static_cast<size_t>(r)]), &why);
+    }
+    std::vector<uint64_t> ok{why.empty() ? 1u : 0u};
+    control.allreduceAnd(ok);
+    singleCopy_ = ok[0] != 0;
+    if (singleCopy_) name_ += "/single-copy";
+    if (!singleCopy_ && wantSingleCopy_) {
+      HORA_LOG(kWarning) << "HORA_SHM=cma: shared-memory allreduce stages large tensors instead: "
+                      << (why.empty() ? "another rank cannot read its peers' memory" : why);
+    }
   }
 
   const char *name() const override { return name_.c_str(); }
@@ -198,6 +258,7 @@ class ShmBackend final : public Backend {
     return area(r) + static_cast<size_t>(parity) * kEagerBytes;
   }
   char *exportArea(int r) const { return area(r) + kExportAt; }
+  TableEntry *table(int r) const { return reinterpret_cast<TableEntry *>(area(r) + kTableAt); }
   char *resultArea(int r, uint64_t parity) const {
     return area(r) + kResultAt + static_cast<size_t>(parity) * kWindowBytes;
   }
@@ -208,16 +269,109 @@ class ShmBackend final : public Backend {
     if (o.total == 0) return;  // every rank agrees: the total is part of the response
     table_.assign(spans);
     ++seq_;
-    slots_[rank_].ops[seq_ & 1] = {seq_, o.total, static_cast<uint32_t>(dtype), static_cast<uint32_t>(op)};
-    if (o.total * static_cast<int64_t>(o.esize) <= kEagerBytes) {
+    const bool eagerOp = o.total * static_cast<int64_t>(o.esize) <= kEagerBytes;
+    const bool single = singleCopy_ && !eagerOp;
+    const uint32_t published = !single ? 0 : spans.size() <= kTableEntries ? static_cast<uint32_t>(spans.size())
+                                                                           : kTableOverflow;
+    slots_[rank_].ops[seq_ & 1] = {seq_, o.total, static_cast<uint32_t>(dtype),
+                                   static_cast<uint32_t>(op), published};
+    if (eagerOp) {
       eager(o);
       return;
     }
     const int64_t unit = std::max<int64_t>(1, 64 / static_cast<int64_t>(o.esize));
+    if (single && singleCopyRun(o, spans, unit)) return;
     const int64_t window = kWindowBytes / static_cast<int64_t>(o.esize) / unit * unit;
     for (int64_t w = 0; w < o.total; w += window) {
-      windowRound(o, w, std::min(o.total, w + window), unit, w == 0);
+      windowRound(o, w, std::min(o.total, w + window), unit, w == 0 && !single);
     }
+  }
+
+  // Large ops when ranks may read each other's memory (cross-memory attach): every rank
+  // publishes where its tensors lie; barrier; rank r reduces share r of the whole vector, a
+  // chunk at a time: its own input into its output, then each peer's input, read straight from
+  // the peer's tensors into a cache-sized buffer, into it; barrier; every rank reads each peer's
+  // reduced share from the peer's output into its own; barrier, after which a rank may hand its
+  // tensors back. About 2.5 times the vector's bytes cross memory per rank, where staging through
+  // the segment takes about 4.5; it wins only where the kernel's copy is about as fast as
+  // memcpy, which it is not on this machine class (see shm_backend.h). Returns false, having passed only the first barrier, when some
+  // rank has more tensors than its table holds; every rank then sees that and stages instead.
+  bool singleCopyRun(const Op &o, const std::vector<Span> &spans, int64_t unit) {
+    TableEntry *mine = table(rank_);
+    if (spans.size() <= kTableEntries) {
+      for (size_t i = 0; i < spans.size(); ++i) {
+        mine[i] = {reinterpret_cast<uint64_t>(spans[i].in), reinterpret_cast<uint64_t>(spans[i].out),
+                   spans[i].count};
+      }
+    }
+    barrier_->wait("allreduce (publish)");
+    checkPeers(o);
+    peers_.resize(static_cast<size_t>(size_));
+    for (int r = 0; r < size_; ++r) {
+      const uint32_t n = slots_[r].ops[seq_ & 1].spans;
+      if (n == kTableOverflow) return false;
+      if (r != rank_) peers_[static_cast<size_t>(r)].assign(table(r), n);
+    }
+
+    const int64_t units = (o.total + unit - 1) / unit;
+    auto share = [&](int r) { return std::min(o.total, units * r / size_ * unit); };
+    const int64_t mineA = share(rank_), mineB = share(rank_ + 1);
+    const int64_t chunk = std::max<int64_t>(unit, kChunkBytes / static_cast<int64_t>(o.esize) / unit * unit);
+    peerChunk_.resize(static_cast<size_t>(chunk) * o.esize);
+    for (int64_t a = mineA; a < mineB; a += chunk) reduceChunk(o, a, std::min(mineB, a + chunk));
+    barrier_->wait("allreduce (reduce)");
+
+    for (int step = 1; step < size_; ++step) {
+      const int r = (rank_ + step) % size_;  // staggered: ranks do not all read one owner at once
+      local_.clear();
+      table_.forEach(share(r), share(r + 1), o.esize, [&](const char *, char *out, int64_t, int64_t n) {
+        local_.add(out, static_cast<size_t>(n) * o.esize);
+      });
+      peers_[static_cast<size_t>(r)].ranges(share(r), share(r + 1), o.esize, /*out=*/true, remote_);
+      cma::read(pids_[static_cast<size_t>(r)], r, local_, remote_, "allreduce (gather)");
+    }
+    barrier_->wait("allreduce (done)");
+    return true;
+  }
+
+  // Share elements [a, b) of this rank: its own input, then every peer's in rank order.
+  void reduceChunk(const Op &o, int64_t a, int64_t b) {
+    const int64_t n = b - a;
+    char *theirs = peerChunk_.data();
+    auto readPeer = [&](int r) {
+      local_.clear();
+      local_.add(theirs, static_cast<size_t>(n) * o.esize);
+      peers_[static_cast<size_t>(r)].ranges(a, b, o.esize, /*out=*/false, remote_);
+      cma::read(pids_[static_cast<size_t>(r)], r, local_, remote_, "allreduce (reduce)");
+    };
+    if (isHalf(o.dtype)) {
+      acc_.resize(static_cast<size_t>(n));
+      ownChunk_.resize(static_cast<size_t>(n) * o.esize);
+      table_.gatherIn(a, b, o.esize, ownChunk_.data());
+      widenToFloat(ownChunk_.data(), acc_.data(), n, o.dtype, o.pre);
+      for (int r = 0; r < size_; ++r) {
+        if (r == rank_) continue;
+        readPeer(r);
+        reduceWidenedInto(acc_.data(), theirs, n, o.dtype, o.op, o.pre);
+      }
+      narrowFromFloat(acc_.data(), ownChunk_.data(), n, o.dtype, o.post);
+      table_.scatterOut(a, b, o.esize, ownChunk_.data());
+      return;
+    }
+    table_.forEach(a, b, o.esize, [&](const char *in, char *out, int64_t, int64_t c) {
+      if (in != out) std::memcpy(out, in, static_cast<size_t>(c) * o.esize);
+      scaleInPlace(out, c, o.dtype, o.pre);
+    });
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      readPeer(r);
+      table_.forEach(a, b, o.esize, [&](const char *, char *out, int64_t at, int64_t c) {
+        reduceScaledInto(out, theirs + static_cast<size_t>(at) * o.esize, c, o.dtype, o.op, o.pre);
+      });
+    }
+    table_.forEach(a, b, o.esize, [&](const char *, char *out, int64_t, int64_t c) {
+      scaleInPlace(out, c, o.dtype, o.post);
+    });
   }
 
   // After the first barrier of an operation: every peer must be running the same one.
@@ -323,7 +477,11 @@ class ShmBackend final : public Backend {
   const int rank_;
   const int size_;
   const double timeoutS_;
-  const std::string name_;
+  const bool wantSingleCopy_;
+  std::string name_;  // "<inner>+shm", with "/single-copy" once connect() found it possible
+  bool singleCopy_ = false;      // every rank can read every peer's memory (process_vm_readv)
+  uint64_t probe_ = 0;           // read by peers at connect to tell whether they can
+  std::vector<int> pids_;
   ShmBarrierState *barrierState_ = nullptr;
   Slot *slots_ = nullptr;
   char *areas_ = nullptr;
@@ -336,6 +494,11 @@ class ShmBackend final : public Backend {
   SpanTable table_;
   std::vector<char> tmp_;   // the eager result
   std::vector<float> acc_;  // float32 accumulator for float16/bfloat16
+  // Single copy: the peers' tables of this op, a peer's chunk and (float16/bfloat16) this rank's,
+  // and the two sides of a process_vm_readv.
+  std::vector<PeerTable> peers_;
+  std::vector<char> peerChunk_, ownChunk_;
+  cma::IovList local_, remote_;
 };
 
 }  // namespace
@@ -375,7 +538,7 @@ std::unique_ptr<Backend> wrapWithShm(std::unique_ptr<Backend> inner, Group &grou
       ShmSegment::create(control, ShmBackend::segmentBytes(control.size()), why);
   if (!segment) return inner;
   auto shm = std::make_unique<ShmBackend>(std::move(inner), std::move(segment), control.rank(),
-                                          control.size(), knobs.timeoutS);
+                                          control.size(), knobs.timeoutS, knobs.shm == "cma");
   shm->connect(control);
   return shm;
 }
