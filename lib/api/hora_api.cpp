@@ -662,16 +662,15 @@ hora_status_t hora_cuda_set_stream(void *stream) {
   });
 }
 
-hora_status_t hora_timeline_start(const char *) {
-  return guarded([] {
-    HORA_THROW(HORA_ERR_UNSUPPORTED, "hora_timeline_start: the timeline is not available in this version (issue 8)");
+hora_status_t hora_timeline_start(const char *path) {
+  return guarded([path] {
+    if (path == nullptr) HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "hora_timeline_start: path is NULL");
+    requireEngine("hora_timeline_start")->timeline().start(path);
   });
 }
 
 hora_status_t hora_timeline_stop(void) {
-  return guarded([] {
-    HORA_THROW(HORA_ERR_UNSUPPORTED, "hora_timeline_stop: the timeline is not available in this version (issue 8)");
-  });
+  return guarded([] { requireEngine("hora_timeline_stop")->timeline().stop(); });
 }
 
 const char *hora_status_string(hora_status_t status) { return statusString(status); }

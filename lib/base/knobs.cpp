@@ -119,7 +119,7 @@ const std::vector<KnobSpec> kTable = {
        return true;
      },
      [](const Knobs &k) { return k.threadAffinity; }},
-    {"HORA_TIMELINE", "", "path of a Chrome-trace JSON timeline (not yet written: issue 8)",
+    {"HORA_TIMELINE", "", "path of a Chrome-trace JSON timeline, one file per rank (trace.json: trace.rank<R>.json, or {rank} in the path)",
      [](const std::string &t, Knobs &k, std::string *) {
        k.timeline = t;
        return true;

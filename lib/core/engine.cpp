@@ -2,6 +2,8 @@
 // Runtime: forms the world, keeps the process sets, and routes requests to their set's engine.
 #include "core/engine.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "backends/registry.h"
@@ -26,6 +28,20 @@ std::shared_ptr<Engine> Engine::start(const Knobs &knobs) {
                                             e->topology_.localSize);
     parts.cpu = e->engineCpu_;
     parts.localRank = e->topology_.localRank;
+    // The timeline's clock origin: every rank leaves this barrier at about the same moment, which
+    // is what lets tools/hora-timeline-merge line up ranks on different hosts.
+    std::vector<uint64_t> everyone{1};
+    parts.group->control().allreduceAnd(everyone);
+    TimelineOrigin origin;
+    origin.rank = e->topology_.rank;
+    origin.size = e->topology_.size;
+    origin.syncUs = std::chrono::duration_cast<std::chrono::microseconds>(
+                        std::chrono::steady_clock::now().time_since_epoch()).count();
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    origin.host = host;
+    e->timeline_ = std::make_unique<Timeline>(std::move(origin));
+    parts.timeline = e->timeline_.get();
     e->worldGroup_ = parts.group.get();
     e->backendName_ = parts.backend->name();
     return parts;
@@ -46,12 +62,27 @@ std::shared_ptr<Engine> Engine::start(const Knobs &knobs) {
                   << ", cpu backend " << engine->backendName_ << ", engine threads on "
                   << (engine->engineCpu_ >= 0 ? "CPU " + std::to_string(engine->engineCpu_)
                                               : std::string("any CPU"));
+  if (!knobs.timeline.empty()) {
+    try {
+      engine->timeline_->start(knobs.timeline);
+    } catch (const Error &e) {
+      HORA_LOG(kWarning) << "HORA_TIMELINE: " << e.message();  // the job runs without one
+    }
+  }
   return engine;
 }
 
 Engine::Engine(const Knobs &knobs) : knobs_(knobs) {}
 
-Engine::~Engine() { shutdown(); }
+Engine::~Engine() {
+  shutdown();
+  if (timeline_) timeline_->stop();
+}
+
+Timeline &Engine::timeline() {
+  HORA_ENFORCE(timeline_ != nullptr, "no timeline before the world is formed");
+  return *timeline_;
+}
 
 std::shared_ptr<SetEngine> Engine::world() const {
   std::lock_guard<std::mutex> lock(setsMutex_);
@@ -125,6 +156,7 @@ bool Engine::stopAll(const std::chrono::milliseconds *limit) {
     worldSet->requestShutdown();
     all = wait(*worldSet) && all;
   }
+  if (timeline_) timeline_->stop();  // the file is complete once hora_shutdown returns
   return all;
 }
 
@@ -175,6 +207,7 @@ void Engine::runSetOp(Request *request, const Response &response) {
         parts.backend = createCpuBackend(knobs_, *bootstrap_, *parts.group);
         parts.cpu = engineCpu_;  // every engine of a rank on its one CPU
         parts.localRank = topology_.localRank;
+        parts.timeline = timeline_.get();
         return parts;
       };
       info.engine = SetEngine::start(id, knobs_, setup, nullptr);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/set_engine.h"
+#include "core/timeline.h"
 
 namespace hora {
 
@@ -43,6 +44,9 @@ class Engine final : private SetOpHandler {
   int processSetSize(int32_t id) const;
   int processSetRank(int32_t id) const;
 
+  // hora_timeline_start/stop and HORA_TIMELINE: this rank's file; every set's engine records in it.
+  Timeline &timeline();
+
  private:
   explicit Engine(const Knobs &knobs);
   void runSetOp(Request *request, const Response &response) override;
@@ -52,6 +56,8 @@ class Engine final : private SetOpHandler {
   bool stopAll(const std::chrono::milliseconds *limit);
 
   const Knobs knobs_;
+  // Made on the world thread during start(); outlives every set's thread, which records in it.
+  std::unique_ptr<Timeline> timeline_;
   Topology topology_;
   const char *launcher_ = "";
   const char *backendName_ = "";

@@ -36,7 +36,10 @@ void Executor::allreduce(const std::vector<Request *> &requests, const Response 
       total += t.numel;
     }
   }
-  if (backend_.allreduceSpans(spans, dtype, wireOp, pre, post)) return;
+  {
+    Step step(*this, "REDUCE_IN_PLACE");
+    if (backend_.allreduceSpans(spans, dtype, wireOp, pre, post)) return;
+  }
 
   const bool widen = isHalf(dtype) && !backend_.reducesHalfNatively();
 
@@ -56,11 +59,18 @@ void Executor::allreduce(const std::vector<Request *> &requests, const Response 
   if (widen) {
     float *buf = static_cast<float *>(fusion_.get(static_cast<size_t>(total) * sizeof(float)));
     int64_t off = 0;
-    for (const TensorArg &t : tensors) {
-      widenToFloat(t.in, buf + off, t.numel, dtype, pre);
-      off += t.numel;
+    {
+      Step step(*this, "FUSION_COPY_IN");
+      for (const TensorArg &t : tensors) {
+        widenToFloat(t.in, buf + off, t.numel, dtype, pre);
+        off += t.numel;
+      }
     }
-    backend_.allreduce(buf, buf, total, DType::kFloat32, wireOp);
+    {
+      Step step(*this, "COLLECTIVE");
+      backend_.allreduce(buf, buf, total, DType::kFloat32, wireOp);
+    }
+    Step step(*this, "FUSION_COPY_OUT");
     off = 0;
     for (const TensorArg &t : tensors) {
       narrowFromFloat(buf + off, t.out, t.numel, dtype, post);
@@ -71,12 +81,19 @@ void Executor::allreduce(const std::vector<Request *> &requests, const Response 
 
   auto *buf = static_cast<uint8_t *>(fusion_.get(static_cast<size_t>(total) * esize));
   size_t off = 0;
-  for (const TensorArg &t : tensors) {
-    copyBytes(buf + off, t.in, static_cast<size_t>(t.numel) * esize);
-    off += static_cast<size_t>(t.numel) * esize;
+  {
+    Step step(*this, "FUSION_COPY_IN");
+    for (const TensorArg &t : tensors) {
+      copyBytes(buf + off, t.in, static_cast<size_t>(t.numel) * esize);
+      off += static_cast<size_t>(t.numel) * esize;
+    }
+    if (pre != 1.0) scaleInPlace(buf, total, dtype, pre);
   }
-  if (pre != 1.0) scaleInPlace(buf, total, dtype, pre);
-  backend_.allreduce(buf, buf, total, dtype, wireOp);
+  {
+    Step step(*this, "COLLECTIVE");
+    backend_.allreduce(buf, buf, total, dtype, wireOp);
+  }
+  Step step(*this, "FUSION_COPY_OUT");
   if (post != 1.0) scaleInPlace(buf, total, dtype, post);
   off = 0;
   for (const TensorArg &t : tensors) {

@@ -7,6 +7,7 @@
 #include "core/backend.h"
 #include "core/fusion_buffer.h"
 #include "core/request.h"
+#include "core/timeline.h"
 
 namespace hora {
 
@@ -21,6 +22,11 @@ class Executor {
   // buffer; float16/bfloat16 are widened to float32 while packing when the backend cannot
   // accumulate them in float32 itself. Prescale is applied on the way in, postscale (and 1/size
   // for AVERAGE) on the way out.
+  // Steps of fused operations go to `timeline` (may be null) as process set `set`'s.
+  void setTimeline(Timeline *timeline, int32_t set) {
+    timeline_ = timeline;
+    set_ = set;
+  }
   void allreduce(const std::vector<Request *> &requests, const Response &response);
   void broadcast(Request &request, const Response &response);
   // Allocates each request's output ([sum of first dims, trailing dims...]). Several requests
@@ -43,11 +49,32 @@ class Executor {
   // Postscale to apply after a sum: the user's, divided by the ranks that contributed data when
   // the op is AVERAGE (ranks that joined contribute nothing).
   double postscaleFor(const Response &response) const;
+  // While a timeline records: one step of the operation (fusion copy in, collective, copy out)
+  // from construction to destruction, on the engine's row.
+  class Step {
+   public:
+    Step(const Executor &e, const char *what)
+        : timeline_(e.timeline_ != nullptr && e.timeline_->active() ? e.timeline_ : nullptr),
+          set_(e.set_), what_(what), begin_(timeline_ ? Timeline::Clock::now() : Timeline::Clock::time_point{}) {}
+    ~Step() {
+      if (timeline_ != nullptr) timeline_->step(set_, what_, begin_, Timeline::Clock::now());
+    }
+    Step(const Step &) = delete;
+    Step &operator=(const Step &) = delete;
+
+   private:
+    Timeline *timeline_;
+    int32_t set_;
+    const char *what_;
+    Timeline::Clock::time_point begin_;
+  };
 
   Backend &backend_;
   int setSize_;
   int rank_;
   FusionBuffer fusion_;
+  Timeline *timeline_ = nullptr;
+  int32_t set_ = 0;
 };
 
 }  // namespace hora

@@ -68,8 +68,10 @@ class Request {
   Status wait() const;  // blocks until complete
   Status status() const;
 
-  // Engine thread only: whether this rank's RequestMsg went to the coordinator already.
+  // Engine thread only: whether this rank's RequestMsg went to the coordinator already, and
+  // (while a timeline records) when the engine took it from the queue.
   bool sentToCoordinator = false;
+  std::chrono::steady_clock::time_point dequeued;
 
  private:
   void *describeOutput(void *data, const Shape &shape);  // output_ over `data`

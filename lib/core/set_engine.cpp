@@ -89,6 +89,8 @@ void SetEngine::threadMain(const std::function<Parts()> &setup, std::promise<Sta
     negotiation_ = std::make_unique<NegotiationPlane>(parts_.group->control(), *parts_.backend);
     controller_ = std::make_unique<Controller>(*negotiation_, static_cast<int>(knobs_.cacheCapacity));
     executor_ = std::make_unique<Executor>(*parts_.backend, size_, rank_);
+    timeline_ = parts_.timeline;
+    executor_->setTimeline(timeline_, id_);
     if (std::string why; parts_.cpu >= 0 && !bindThisThread(parts_.cpu, &why)) {
       HORA_LOG(kWarning) << "HORA_THREAD_AFFINITY: cannot bind " << threadName << " to CPU "
                          << parts_.cpu << ": " << why;
@@ -140,6 +142,10 @@ void SetEngine::loop() {
   for (;;) {
     const bool busy = !pending_.empty();
     std::vector<RequestPtr> fresh = queue_.waitAndPop(busy, Clock::now() + idleBackoff, batchWindow);
+    if (!fresh.empty() && timeline_ != nullptr && timeline_->active()) {
+      const Clock::time_point now = Clock::now();
+      for (RequestPtr &r : fresh) r->dequeued = now;
+    }
     for (RequestPtr &r : fresh) pending_.emplace(r->name(), std::move(r));
     const bool wantShutdown = queue_.shutdownRequested();
     if (pending_.empty() && !wantShutdown) continue;
@@ -182,6 +188,8 @@ void SetEngine::execute(const std::vector<Response> &responses) {
         requests.push_back(standIns.back().get());
       }
     }
+    const bool traced = timeline_ != nullptr && timeline_->active();
+    const Timeline::Clock::time_point began = traced ? Timeline::Clock::now() : Timeline::Clock::time_point{};
     Status status;
     if (!first.ok()) {
       status = Status{first.status, first.error};
@@ -213,12 +221,45 @@ void SetEngine::execute(const std::vector<Response> &responses) {
         status = e.toStatus();
       }
     }
+    if (traced) trace(requests, first, began);
     std::vector<RequestPtr> settled;
     for (size_t m : group.members) {
       if (RequestPtr r = finish(responses[m].agreed.name, status)) settled.push_back(std::move(r));
     }
     for (const RequestPtr &r : settled) r->wake();
   }
+}
+
+// Each request's wait in the queue and in negotiation (until every rank had submitted it) on its
+// tensor's row, the operation on each row and on the engine's, with its size and bandwidth.
+void SetEngine::trace(const std::vector<Request *> &requests, const Response &first,
+                      Timeline::Clock::time_point began) {
+  const Timeline::Clock::time_point ended = Timeline::Clock::now();
+  const char *op = "OP";
+  switch (first.agreed.op) {
+    case OpType::kAllreduce: op = "ALLREDUCE"; break;
+    case OpType::kBroadcast: op = "BROADCAST"; break;
+    case OpType::kAllgather: op = "ALLGATHER"; break;
+    case OpType::kAlltoall: op = "ALLTOALL"; break;
+    case OpType::kReducescatter: op = "REDUCESCATTER"; break;
+    case OpType::kBarrier: op = "BARRIER"; break;
+    case OpType::kJoin: op = "JOIN"; break;
+    case OpType::kProcessSetCreate: op = "PROCESS_SET_CREATE"; break;
+    case OpType::kProcessSetDestroy: op = "PROCESS_SET_DESTROY"; break;
+  }
+  int tensors = 0;
+  int64_t bytes = 0;
+  for (Request *r : requests) {
+    tensors += static_cast<int>(r->tensors().size());
+    bytes += r->bytes();
+    if (r->isStandIn()) continue;
+    if (r->dequeued.time_since_epoch().count() != 0) {  // submitted while the timeline ran
+      timeline_->tensorPhase(id_, r->name(), "QUEUED", r->submitted(), r->dequeued);
+      timeline_->tensorPhase(id_, r->name(), "NEGOTIATE", r->dequeued, began);
+    }
+    timeline_->tensorPhase(id_, r->name(), op, began, ended);
+  }
+  timeline_->operation(id_, op, tensors, bytes, began, ended);
 }
 
 void SetEngine::executeOnDevice(const std::vector<Request *> &requests,

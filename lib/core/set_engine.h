@@ -15,6 +15,7 @@
 #include "core/device_executor.h"
 #include "core/executor.h"
 #include "core/tensor_queue.h"
+#include "core/timeline.h"
 
 namespace hora {
 
@@ -39,6 +40,7 @@ class SetEngine {
     std::unique_ptr<Backend> backend;
     int cpu = -1;  // the CPU the thread binds itself to (HORA_THREAD_AFFINITY), -1 for none
     int localRank = 0;  // this rank's on its host: its GPU when no tensor names one
+    Timeline *timeline = nullptr;  // the runtime's, recorded in while it is active
   };
   // Starts the thread, which runs `setup` to get its group and backend, and returns once that is
   // done. Throws Error with the status setup failed with.
@@ -74,6 +76,8 @@ class SetEngine {
   void threadMain(const std::function<Parts()> &setup, std::promise<Status> *started);
   void loop();
   void execute(const std::vector<Response> &responses);
+  void trace(const std::vector<Request *> &requests, const Response &first,
+             Timeline::Clock::time_point began);
   // Settles the pending request of that name (none for a stand-in) and returns it, to be woken.
   RequestPtr finish(const std::string &name, const Status &status);
   void stop(const Status &why);
@@ -95,6 +99,7 @@ class SetEngine {
   std::unique_ptr<ControlPlane> negotiation_;  // the group's plane, AND through the backend if it can
   std::unique_ptr<Controller> controller_;
   std::unique_ptr<Executor> executor_;
+  Timeline *timeline_ = nullptr;  // the runtime's (Parts::timeline)
   // CUDA tensors' executor (NCCL), made at the set's first CUDA response: one GPU per rank and set.
   std::unique_ptr<DeviceExecutor> device_;
   std::atomic<int> cudaDevice_{-1};  // the GPU of this rank's first CUDA submission in the set

@@ -1,0 +1,105 @@
+// SPDX-License-Identifier: Apache-2.0
+// The timeline file on its own: per-rank names, escaping of any tensor name, a complete JSON
+// array after stop, nothing recorded while stopped, and a restart that replaces the file.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "base/error.h"
+#include "core/timeline.h"
+
+namespace hora {
+namespace {
+
+std::string slurp(const std::string &path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+size_t count(const std::string &text, const std::string &what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+std::string tempPath(const char *stem) {
+  return "/tmp/hora-test-timeline-" + std::to_string(getpid()) + "-" + stem + ".json";
+}
+
+TEST(Timeline, EachRankWritesItsOwnFile) {
+  EXPECT_EQ(Timeline::rankPath("/t/trace.json", 0, 1), "/t/trace.json");
+  EXPECT_EQ(Timeline::rankPath("/t/trace.json", 3, 4), "/t/trace.rank3.json");
+  EXPECT_EQ(Timeline::rankPath("/t/run{rank}/x.json", 2, 4), "/t/run2/x.json");
+  EXPECT_EQ(Timeline::rankPath("/t.d/trace", 1, 2), "/t.d/trace.rank1");
+  EXPECT_EQ(Timeline::rankPath("/t/.hidden", 1, 2), "/t/.hidden.rank1");
+}
+
+TEST(Timeline, RecordsBetweenStartAndStopIntoACompleteArray) {
+  Timeline tl(TimelineOrigin{0, 1, "host\"1", 42});
+  const std::string path = tempPath("a");
+  const auto t0 = Timeline::Clock::now();
+  tl.tensorPhase(0, "before", "QUEUED", t0, t0);  // not started: dropped
+  tl.start(path);
+  EXPECT_TRUE(tl.active());
+  // A name with a quote, a backslash, a newline and bytes that are not UTF-8.
+  const std::string odd = std::string("a\"b\\c\nd\xff\xfe", 9);
+  tl.tensorPhase(0, odd, "QUEUED", t0, t0 + std::chrono::microseconds(5));
+  tl.tensorPhase(3, "w", "NEGOTIATE", t0, t0 + std::chrono::microseconds(7));
+  tl.operation(0, "ALLREDUCE", 2, 2'000'000, t0, t0 + std::chrono::milliseconds(1));
+  tl.step(0, "COLLECTIVE", t0, t0 + std::chrono::microseconds(900));
+  tl.stop();
+  EXPECT_FALSE(tl.active());
+  tl.tensorPhase(0, "after", "QUEUED", t0, t0);  // stopped: dropped
+  tl.stop();                                     // idempotent
+
+  const std::string text = slurp(path);
+  ASSERT_GE(text.size(), 4u);
+  EXPECT_EQ(text.substr(0, 2), "[\n");
+  EXPECT_EQ(text.substr(text.size() - 3), "\n]\n");
+  EXPECT_EQ(count(text, "\"before\""), 0u);
+  EXPECT_EQ(count(text, "\"after\""), 0u);
+  EXPECT_EQ(count(text, R"("name":"a\"b\\c\u000ad\u00ff\u00fe")"), 1u) << text;
+  EXPECT_EQ(count(text, R"x("name":"w (process set 3)")x"), 1u);
+  EXPECT_EQ(count(text, R"("host":"host\"1","sync_us":42.000)"), 1u) << text;
+  // 2 MB in 1 ms: 2 GB/s.
+  EXPECT_EQ(count(text, R"("args":{"tensors":2,"bytes":2000000,"GB/s":2.000})"), 1u) << text;
+  EXPECT_EQ(count(text, R"("name":"COLLECTIVE","ph":"X")"), 1u);
+  EXPECT_EQ(count(text, R"("dur":900.000)"), 1u);
+  EXPECT_EQ(count(text, "\"ph\":\"X\""), 4u);
+  unlink(path.c_str());
+}
+
+TEST(Timeline, RestartReplacesTheFileAndBadPathsAreRefused) {
+  Timeline tl(TimelineOrigin{1, 2, "h", 0});
+  const std::string path = tempPath("b");
+  const std::string mine = Timeline::rankPath(path, 1, 2);
+  const auto t0 = Timeline::Clock::now();
+  tl.start(path);
+  EXPECT_EQ(tl.path(), mine);
+  tl.tensorPhase(0, "first", "QUEUED", t0, t0);
+  tl.start(path);  // stops the first run, truncates the file
+  tl.tensorPhase(0, "second", "QUEUED", t0, t0);
+  tl.stop();
+  const std::string text = slurp(mine);
+  EXPECT_EQ(count(text, "\"first\""), 0u);
+  EXPECT_EQ(count(text, "\"second\""), 1u);
+  EXPECT_EQ(text.substr(text.size() - 3), "\n]\n");
+  unlink(mine.c_str());
+
+  try {
+    tl.start("/nonexistent-hora-dir/t.json");
+    ADD_FAILURE() << "an unwritable path was accepted";
+  } catch (const Error &e) {
+    EXPECT_EQ(e.status(), HORA_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(e.message().find("/nonexistent-hora-dir/t.rank1.json"), std::string::npos) << e.message();
+  }
+  EXPECT_FALSE(tl.active());
+}
+
+}  // namespace
+}  // namespace hora
