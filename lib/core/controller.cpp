@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "base/json.h"
 #include "base/logging.h"
 
 namespace hora {
@@ -72,7 +73,18 @@ std::optional<std::string> disagreement(const std::vector<const RequestMsg *> &p
 
 std::string splitsString(const std::vector<int64_t> &v) { return shapeString(v); }
 
+std::string jsonRanks(const std::vector<int> &ranks) {
+  std::string out = "[";
+  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? "," : "") + std::to_string(ranks[i]);
+  return out + "]";
+}
+
 }  // namespace
+
+std::atomic<uint32_t> &stallReportRequests() {
+  static std::atomic<uint32_t> requests{0};
+  return requests;
+}
 
 bool cacheable(const Response &response) {
   if (!response.ok() || !response.joined.empty()) return false;
@@ -181,8 +193,9 @@ Response checkAgreement(const std::vector<const RequestMsg *> &perRank) {
   return resp;
 }
 
-Controller::Controller(ControlPlane &plane, int cacheCapacity)
-    : plane_(plane), cache_(cacheCapacity) {}
+Controller::Controller(ControlPlane &plane, int cacheCapacity, StallPolicy stall)
+    : plane_(plane), cache_(cacheCapacity), stall_(stall),
+      reportRequestsSeen_(stallReportRequests().load()) {}
 
 Controller::Outcome Controller::negotiate(const PendingMap &pending, bool requestShutdown) {
   Outcome out;
@@ -206,15 +219,26 @@ Controller::Outcome Controller::negotiate(const PendingMap &pending, bool reques
     return r->msg().op != OpType::kJoin && cache_.lookup(r->msg(), slot) == ResponseCache::Lookup::kHit;
   };
   bool haveNew = false;
+  const Clock::time_point now = Clock::now();
   for (Request *r : unsent) {
     int slot = -1;
     switch (r->msg().op == OpType::kJoin ? ResponseCache::Lookup::kMiss : cache_.lookup(r->msg(), &slot)) {
-      case ResponseCache::Lookup::kHit: setBit(words, hitBase, slot); break;
+      case ResponseCache::Lookup::kHit:
+        // A hit waits silently: only the coordinator can tell who has not submitted a name. One
+        // that has waited this long is dropped from every rank's cache, and goes there.
+        if (now - r->submitted() > kHitPatience) {
+          clearBit(words, dropBase, slot);
+        } else {
+          setBit(words, hitBase, slot);
+        }
+        break;
       case ResponseCache::Lookup::kChanged: clearBit(words, dropBase, slot); break;
       case ResponseCache::Lookup::kMiss: haveNew = true; break;
     }
   }
-  if (haveNew) words[0] &= ~kFlagNothingNew;
+  // The coordinator forces a round to fail the names past HORA_STALL_SHUTDOWN_S.
+  const bool expire = plane_.rank() == 0 && inspectStalls();
+  if (haveNew || expire) words[0] &= ~kFlagNothingNew;
   if (requestShutdown) words[0] &= ~kFlagNoShutdown;
   if (joined) words[0] &= ~kFlagNobodyJoined;
 
@@ -257,6 +281,7 @@ Controller::Outcome Controller::negotiate(const PendingMap &pending, bool reques
     std::string answer;
     if (plane_.rank() == 0) {
       fresh = coordinate(blobs);
+      for (Response &expired : expireStalls()) fresh.push_back(std::move(expired));
       answer = encodeResponses(fresh);
     }
     plane_.broadcastFromRoot(answer);
@@ -266,6 +291,12 @@ Controller::Outcome Controller::negotiate(const PendingMap &pending, bool reques
   // Same updates in the same order on every rank keeps the caches (and slot numbers) identical.
   for (int slot : hitSlots) cache_.touch(slot);
   const int me = plane_.rank();
+  // A stalled name failed by the coordinator concerns only the ranks that submitted it.
+  fresh.erase(std::remove_if(fresh.begin(), fresh.end(),
+                             [&](const Response &resp) {
+                               return resp.status == HORA_ERR_TIMEOUT && pending.count(resp.agreed.name) == 0;
+                             }),
+              fresh.end());
   for (const Response &resp : fresh) {
     auto it = pending.find(resp.agreed.name);
     if (it == pending.end()) {
@@ -277,7 +308,116 @@ Controller::Outcome Controller::negotiate(const PendingMap &pending, bool reques
     if (cacheable(resp)) cache_.put(resp, it->second->msg());
   }
   for (Response &resp : fresh) out.responses.push_back(std::move(resp));
+  for (const Response &resp : out.responses) {
+    if (resp.ok()) lastCompleted_ = resp.agreed.name;
+  }
   return out;
+}
+
+bool Controller::inspectStalls() {
+  if (stall_.warningS <= 0 && stall_.shutdownS <= 0) return false;
+  const uint32_t requests = stallReportRequests().load();
+  const bool asked = requests != reportRequestsSeen_;  // SIGUSR1
+  reportRequestsSeen_ = requests;
+  const Clock::time_point now = Clock::now();
+  if (table_.empty() || (!asked && now - lastStallScan_ < std::chrono::seconds(1))) return false;
+  lastStallScan_ = now;
+
+  std::vector<std::pair<uint64_t, TableEntry *>> due;
+  bool expire = false;
+  for (auto &kv : table_) {
+    TableEntry &e = kv.second;
+    const double waited = std::chrono::duration<double>(now - e.firstSeen).count();
+    if (stall_.shutdownS > 0 && waited >= stall_.shutdownS) expire = true;
+    const bool reported = e.lastReport.time_since_epoch().count() != 0;
+    if (asked || (stall_.warningS > 0 && waited >= stall_.warningS &&
+                  (!reported || std::chrono::duration<double>(now - e.lastReport).count() >= stall_.warningS))) {
+      due.push_back({e.arrival, &e});
+    }
+  }
+  std::sort(due.begin(), due.end());
+  for (auto &d : due) {
+    TableEntry &e = *d.second;
+    e.lastReport = now;
+    std::vector<int> submitted, missing;
+    const RequestMsg *first = nullptr;
+    for (size_t r = 0; r < e.perRank.size(); ++r) {
+      if (e.perRank[r]) {
+        submitted.push_back(static_cast<int>(r));
+        if (first == nullptr) first = &*e.perRank[r];
+      } else if (joinedRanks_.empty() || !joinedRanks_[r]) {
+        missing.push_back(static_cast<int>(r));
+      }
+    }
+    if (first == nullptr) continue;
+    const double waited = std::chrono::duration<double>(now - e.firstSeen).count();
+    const std::string shape = first->shapes.empty() ? "[]" : shapeString(first->shapes[0]);
+    const std::string more =
+        first->shapes.size() > 1 ? " and " + std::to_string(first->shapes.size() - 1) + " more tensors" : "";
+    std::ostringstream line;
+    line.setf(std::ios::fixed);
+    line.precision(1);
+    line << "stall: " << opTypeName(first->op) << " '" << first->name << "' (" << dtypeName(first->dtype)
+         << ' ' << shape << more << ", process set " << stall_.processSet << ") has waited " << waited
+         << " s: submitted by " << (submitted.size() == 1 ? "rank " : "ranks ") << rankList(submitted)
+         << ", not by " << (missing.size() == 1 ? "rank " : "ranks ") << rankList(missing)
+         << (lastCompleted_.empty() ? std::string(", which have completed nothing in this set yet")
+                                    : ", whose last completed op in this set was '" + lastCompleted_ + "'");
+    if (stall_.shutdownS > 0) {
+      line << "; it fails with HORA_ERR_TIMEOUT at " << stall_.shutdownS << " s (HORA_STALL_SHUTDOWN_S)";
+    }
+    HORA_LOG(kWarning) << line.str();
+    std::ostringstream json;
+    json.setf(std::ios::fixed);
+    json.precision(3);
+    json << R"({"hora_stall":{"process_set":)" << stall_.processSet << R"(,"name":)" << jsonQuoted(first->name)
+         << R"(,"op":")" << opTypeName(first->op) << R"(","dtype":")" << dtypeName(first->dtype)
+         << R"(","shape":)" << shape << R"(,"tensors":)" << first->shapes.size() << R"(,"waited_s":)"
+         << waited << R"(,"submitted":)" << jsonRanks(submitted) << R"(,"missing":)" << jsonRanks(missing)
+         << R"(,"last_completed":)" << (lastCompleted_.empty() ? "null" : jsonQuoted(lastCompleted_)) << "}}";
+    HORA_LOG(kWarning) << json.str();
+  }
+  return expire;
+}
+
+std::vector<Response> Controller::expireStalls() {
+  std::vector<Response> failed;
+  if (stall_.shutdownS <= 0) return failed;
+  const Clock::time_point now = Clock::now();
+  std::vector<std::pair<uint64_t, std::string>> expired;
+  for (const auto &kv : table_) {
+    if (std::chrono::duration<double>(now - kv.second.firstSeen).count() >= stall_.shutdownS) {
+      expired.push_back({kv.second.arrival, kv.first});
+    }
+  }
+  std::sort(expired.begin(), expired.end());
+  for (const auto &x : expired) {
+    const TableEntry &e = table_.at(x.second);
+    std::vector<int> submitted, missing;
+    Response resp;
+    for (size_t r = 0; r < e.perRank.size(); ++r) {
+      if (e.perRank[r]) {
+        if (submitted.empty()) resp.agreed = *e.perRank[r];
+        submitted.push_back(static_cast<int>(r));
+      } else if (joinedRanks_.empty() || !joinedRanks_[r]) {
+        missing.push_back(static_cast<int>(r));
+      }
+    }
+    resp.status = HORA_ERR_TIMEOUT;
+    std::ostringstream why;
+    why.setf(std::ios::fixed);
+    why.precision(1);
+    why << opTypeName(resp.agreed.op) << " '" << resp.agreed.name << "' (process set " << stall_.processSet
+        << ") stalled for " << std::chrono::duration<double>(now - e.firstSeen).count()
+        << " s (HORA_STALL_SHUTDOWN_S=" << stall_.shutdownS << "): submitted by "
+        << (submitted.size() == 1 ? "rank " : "ranks ") << rankList(submitted) << ", never by "
+        << (missing.size() == 1 ? "rank " : "ranks ") << rankList(missing);
+    resp.error = why.str();
+    HORA_LOG(kError) << resp.error;
+    failed.push_back(std::move(resp));
+    table_.erase(x.second);
+  }
+  return failed;
 }
 
 bool Controller::ready(const TableEntry &entry) const {
@@ -298,6 +438,7 @@ std::vector<Response> Controller::coordinate(const std::vector<std::string> &blo
       if (entry.perRank.empty()) {
         entry.perRank.resize(static_cast<size_t>(size));
         entry.arrival = arrivals_++;
+        entry.firstSeen = Clock::now();
       }
       auto &slot = entry.perRank[static_cast<size_t>(r)];
       HORA_ENFORCE(!slot.has_value(), "rank ", r, " sent '", msg.name, "' twice");

@@ -3,6 +3,8 @@
 // agreement, in one order that every rank then executes.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <map>
 #include <optional>
 #include <string>
@@ -28,9 +30,23 @@ using PendingMap = std::unordered_map<std::string, RequestPtr>;
 //     agreement, and broadcasts the responses of the names now submitted everywhere.
 // The result is the same list on every rank: cached responses in slot order, then new ones.
 // Engine thread only.
+// Stalls (rank 0, the coordinator, sees them): a name that some ranks submitted and others did
+// not is reported after `warningS` (HORA_STALL_WARNING_S), again every `warningS`, and at once
+// after a SIGUSR1 (stallReportRequests() changes); one log line and one JSON line per name. With
+// `shutdownS` > 0 (HORA_STALL_SHUTDOWN_S) such a name fails with HORA_ERR_TIMEOUT on every rank
+// that submitted it. 0 turns either off.
+struct StallPolicy {
+  double warningS = 0;
+  double shutdownS = 0;
+  int32_t processSet = 0;  // named in the reports
+};
+
+// Bumped by the SIGUSR1 handler that Engine installs: every coordinator reports its stalls.
+std::atomic<uint32_t> &stallReportRequests();
+
 class Controller {
  public:
-  Controller(ControlPlane &plane, int cacheCapacity);
+  Controller(ControlPlane &plane, int cacheCapacity, StallPolicy stall = {});
 
   struct Outcome {
     std::vector<Response> responses;
@@ -44,12 +60,20 @@ class Controller {
   size_t coordinatorBacklog() const { return table_.size(); }
 
  private:
+  using Clock = std::chrono::steady_clock;
   struct TableEntry {
     std::vector<std::optional<RequestMsg>> perRank;
     uint64_t arrival = 0;  // order in which names first reached the coordinator
+    Clock::time_point firstSeen;
+    Clock::time_point lastReport;  // of this name as stalled; epoch: never
   };
   std::vector<Response> coordinate(const std::vector<std::string> &blobs);
   bool ready(const TableEntry &entry) const;
+  // Rank 0, every cycle: logs the stalled names that are due, and returns whether some name has
+  // reached HORA_STALL_SHUTDOWN_S (the cycle then needs a coordinator round to fail it).
+  bool inspectStalls();
+  // Rank 0, in a coordinator round: the responses failing every name past HORA_STALL_SHUTDOWN_S.
+  std::vector<Response> expireStalls();
 
   ControlPlane &plane_;
   ResponseCache cache_;
@@ -59,6 +83,13 @@ class Controller {
   uint64_t arrivals_ = 0;
   std::vector<bool> joinedRanks_;
   int lastJoined_ = -1;
+  StallPolicy stall_;
+  Clock::time_point lastStallScan_;
+  uint32_t reportRequestsSeen_ = 0;
+  std::string lastCompleted_;  // the last name every rank executed (the same on every rank)
+  // How long a pending request may wait as a cache hit before its cache entry is dropped, so
+  // that it goes through the coordinator, where a stall can be seen and named.
+  static constexpr std::chrono::seconds kHitPatience{1};
 };
 
 // The coordinator's agreement check, exposed for unit tests: the response for one name, given

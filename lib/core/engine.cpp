@@ -2,6 +2,7 @@
 // Runtime: forms the world, keeps the process sets, and routes requests to their set's engine.
 #include "core/engine.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,7 +13,29 @@
 
 namespace hora {
 
+namespace {
+
+// SIGUSR1: every coordinator reports its stalled names at its next cycle. Installed only where
+// the program left SIGUSR1 at its default (which would kill the process), once per process.
+void onStallSignal(int) { stallReportRequests().fetch_add(1, std::memory_order_relaxed); }
+
+void installStallSignal() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction current {};
+    if (sigaction(SIGUSR1, nullptr, &current) != 0 || current.sa_handler != SIG_DFL) return;
+    struct sigaction action {};
+    action.sa_handler = onStallSignal;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART;
+    sigaction(SIGUSR1, &action, nullptr);
+  });
+}
+
+}  // namespace
+
 std::shared_ptr<Engine> Engine::start(const Knobs &knobs) {
+  installStallSignal();
   std::shared_ptr<Engine> engine(new Engine(knobs));
   Engine *e = engine.get();
   auto setup = [e]() {

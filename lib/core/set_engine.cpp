@@ -87,7 +87,9 @@ void SetEngine::threadMain(const std::function<Parts()> &setup, std::promise<Sta
     size_ = parts_.group->size();
     backendName_ = parts_.backend->name();
     negotiation_ = std::make_unique<NegotiationPlane>(parts_.group->control(), *parts_.backend);
-    controller_ = std::make_unique<Controller>(*negotiation_, static_cast<int>(knobs_.cacheCapacity));
+    controller_ = std::make_unique<Controller>(
+        *negotiation_, static_cast<int>(knobs_.cacheCapacity),
+        StallPolicy{knobs_.stallWarningS, knobs_.stallShutdownS, id_});
     executor_ = std::make_unique<Executor>(*parts_.backend, size_, rank_);
     timeline_ = parts_.timeline;
     executor_->setTimeline(timeline_, id_);

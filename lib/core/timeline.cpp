@@ -5,30 +5,13 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "base/json.h"
 
 namespace hora {
 namespace {
 
 constexpr size_t kFlushEvents = 8192;                     // wake the writer early past this
 constexpr std::chrono::milliseconds kFlushEvery{200};
-
-// A JSON string body. Bytes outside printable ASCII are written as \u00XX, so any name (not
-// UTF-8 at all, even) gives a file every JSON parser takes.
-void appendEscaped(std::string &out, const std::string &s) {
-  static const char kHex[] = "0123456789abcdef";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20 || c >= 0x7f) {
-      out += "\\u00";
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-}
 
 void appendMicros(std::string &out, int64_t ns) {
   char buf[32];
@@ -78,7 +61,7 @@ void Timeline::start(const std::string &path) {
   head += R"({"name":"process_sort_index","ph":"M","pid":)" + pid + R"(,"args":{"sort_index":)" + pid + "}},\n";
   head += R"({"name":"hora_clock","ph":"M","pid":)" + pid + R"(,"args":{"rank":)" + pid +
           R"(,"size":)" + std::to_string(origin_.size) + R"(,"host":")";
-  appendEscaped(head, origin_.host);
+  appendJsonEscaped(head, origin_.host);
   head += R"(","sync_us":)";
   appendMicros(head, origin_.syncUs * 1000);
   head += "}}";
@@ -181,7 +164,7 @@ void Timeline::flush(std::vector<Event> &events, std::vector<std::pair<uint32_t,
     out += ",\n";
     out += R"({"name":"thread_name","ph":"M","pid":)" + pid + R"(,"tid":)" + std::to_string(row) +
            R"(,"args":{"name":")";
-    appendEscaped(out, label);
+    appendJsonEscaped(out, label);
     out += "\"}}";
   }
   for (const Event &e : events) {

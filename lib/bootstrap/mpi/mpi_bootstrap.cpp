@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <algorithm>
 #include <mutex>
+#include <vector>
 
 #include "base/knobs.h"
 #include "base/logging.h"
@@ -38,24 +39,29 @@ class MpiControlPlane final : public ControlPlane {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
+  // Each operation runs on buffers of its own (Buffers), which a timed-out wait keeps alive.
   void allreduceAnd(std::vector<uint64_t> &words) override {
+    auto b = std::make_shared<Buffers>();
+    b->words = words;
     MPI_Request req;
-    HORA_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, words.data(), static_cast<int>(words.size()),
+    HORA_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, b->words.data(), static_cast<int>(b->words.size()),
                                   MPI_UINT64_T, MPI_BAND, comm_, &req));
-    waitMpi(&req, timeoutS_, "negotiation (waiting for every rank to start the same cycle)");
+    waitMpi(&req, timeoutS_, "negotiation (waiting for every rank to start the same cycle)", b);
+    words = b->words;
   }
 
   std::vector<std::string> gatherToRoot(const std::string &blob) override {
-    const int64_t mine = static_cast<int64_t>(blob.size());
-    std::vector<int64_t> lengths(rank_ == 0 ? static_cast<size_t>(size_) : 0);
+    auto b = std::make_shared<Buffers>();
+    b->text = blob;
+    b->length = static_cast<int64_t>(blob.size());
+    b->lengths.resize(rank_ == 0 ? static_cast<size_t>(size_) : 0);
     MPI_Request req;
-    HORA_CHECK_MPI(MPI_Igather(&mine, 1, MPI_INT64_T, lengths.data(), 1, MPI_INT64_T, 0, comm_, &req));
-    waitMpi(&req, timeoutS_, "negotiation (gathering requests at the coordinator)");
-    std::vector<int> counts, displs;
-    std::string all;
+    HORA_CHECK_MPI(MPI_Igather(&b->length, 1, MPI_INT64_T, b->lengths.data(), 1, MPI_INT64_T, 0, comm_, &req));
+    waitMpi(&req, timeoutS_, "negotiation (gathering requests at the coordinator)", b);
+    std::vector<int> &counts = b->counts, &displs = b->displs;
     if (rank_ == 0) {
       int64_t total = 0;
-      for (int64_t n : lengths) {
+      for (int64_t n : b->lengths) {
         if (n > INT_MAX || total > INT_MAX - n) {
           HORA_THROW(HORA_ERR_INTERNAL, "control message of ", total + n, " bytes is too large");
         }
@@ -63,30 +69,40 @@ class MpiControlPlane final : public ControlPlane {
         displs.push_back(static_cast<int>(total));
         total += n;
       }
-      all.resize(static_cast<size_t>(total));
+      b->all.resize(static_cast<size_t>(total));
     }
-    HORA_CHECK_MPI(MPI_Igatherv(blob.data(), static_cast<int>(mine), MPI_BYTE, &all[0], counts.data(),
-                                displs.data(), MPI_BYTE, 0, comm_, &req));
-    waitMpi(&req, timeoutS_, "negotiation (gathering requests at the coordinator)");
+    HORA_CHECK_MPI(MPI_Igatherv(b->text.data(), static_cast<int>(b->length), MPI_BYTE, &b->all[0],
+                                counts.data(), displs.data(), MPI_BYTE, 0, comm_, &req));
+    waitMpi(&req, timeoutS_, "negotiation (gathering requests at the coordinator)", b);
     std::vector<std::string> out;
     for (size_t r = 0; r < counts.size(); ++r) {
-      out.push_back(all.substr(static_cast<size_t>(displs[r]), static_cast<size_t>(counts[r])));
+      out.push_back(b->all.substr(static_cast<size_t>(displs[r]), static_cast<size_t>(counts[r])));
     }
     return out;
   }
 
   void broadcastFromRoot(std::string &blob) override {
-    int64_t length = static_cast<int64_t>(blob.size());
+    auto b = std::make_shared<Buffers>();
+    b->length = static_cast<int64_t>(blob.size());
     MPI_Request req;
-    HORA_CHECK_MPI(MPI_Ibcast(&length, 1, MPI_INT64_T, 0, comm_, &req));
-    waitMpi(&req, timeoutS_, "negotiation (waiting for the coordinator's responses)");
-    if (length > INT_MAX) HORA_THROW(HORA_ERR_INTERNAL, "response list of ", length, " bytes");
-    blob.resize(static_cast<size_t>(length));
-    HORA_CHECK_MPI(MPI_Ibcast(&blob[0], static_cast<int>(length), MPI_BYTE, 0, comm_, &req));
-    waitMpi(&req, timeoutS_, "negotiation (waiting for the coordinator's responses)");
+    HORA_CHECK_MPI(MPI_Ibcast(&b->length, 1, MPI_INT64_T, 0, comm_, &req));
+    waitMpi(&req, timeoutS_, "negotiation (waiting for the coordinator's responses)", b);
+    if (b->length > INT_MAX) HORA_THROW(HORA_ERR_INTERNAL, "response list of ", b->length, " bytes");
+    b->all = blob;
+    b->all.resize(static_cast<size_t>(b->length));
+    HORA_CHECK_MPI(MPI_Ibcast(&b->all[0], static_cast<int>(b->length), MPI_BYTE, 0, comm_, &req));
+    waitMpi(&req, timeoutS_, "negotiation (waiting for the coordinator's responses)", b);
+    blob = b->all;
   }
 
  private:
+  struct Buffers {
+    std::vector<uint64_t> words;
+    int64_t length = 0;
+    std::vector<int64_t> lengths;
+    std::vector<int> counts, displs;
+    std::string text, all;
+  };
   MPI_Comm comm_;
   double timeoutS_;
   int rank_ = 0;
@@ -211,7 +227,8 @@ void throwMpiError(const char *call, int code, const char *file, int line) {
               detail::concat(name, " failed on rank ", worldRankOrMinus1(), ": ", text), file, line);
 }
 
-void waitMpi(MPI_Request *request, double timeoutS, const char *what) {
+void waitMpi(MPI_Request *request, double timeoutS, const char *what,
+             const std::shared_ptr<void> &buffers) {
   using Clock = std::chrono::steady_clock;
   int done = 0;
   for (int spin = 0; spin < 256; ++spin) {
@@ -225,6 +242,13 @@ void waitMpi(MPI_Request *request, double timeoutS, const char *what) {
     HORA_CHECK_MPI(MPI_Test(request, &done, MPI_STATUS_IGNORE));
     if (done) return;
     if (Clock::now() - start > limit) {
+      // Leaked on purpose (once per timed-out operation; the runtime is poisoned after one).
+      static std::mutex abandonedMutex;
+      static auto *abandoned = new std::vector<std::shared_ptr<void>>();
+      {
+        std::lock_guard<std::mutex> lock(abandonedMutex);
+        abandoned->push_back(buffers);
+      }
       HORA_THROW(HORA_ERR_TIMEOUT, what, ": no answer from every rank after ", timeoutS,
                  " s (HORA_TIMEOUT_S); a rank may have stopped submitting, exited or hung");
     }

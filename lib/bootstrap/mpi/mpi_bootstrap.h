@@ -17,8 +17,11 @@ namespace hora {
 
 // Waits for a non-blocking MPI operation: spins briefly (a peer is usually just behind), then
 // sleeps with growing pauses so a rank waiting for its peers costs almost no CPU. Throws
-// Error(HORA_ERR_TIMEOUT) naming `what` after `timeoutS`.
-void waitMpi(MPI_Request *request, double timeoutS, const char *what);
+// Error(HORA_ERR_TIMEOUT) naming `what` after `timeoutS`. A collective cannot be cancelled, so
+// the operation stays posted and may still write its buffers when a late peer arrives: on a
+// timeout `buffers` (what the operation reads and writes) is kept alive until the process exits.
+void waitMpi(MPI_Request *request, double timeoutS, const char *what,
+             const std::shared_ptr<void> &buffers);
 
 // A group's two private communicators: negotiation and data never share a communicator with
 // each other or with the application.
