@@ -13,6 +13,7 @@ packages=(
   iproute2                               # ip netns: the two-host test on one machine
   python3                                # /usr/bin/python3: run_tests.sh reads meson's testlog
   gnuplot-nox                            # hora-bench --plot: busbw against size as a PNG
+  clang libclang-rt-14-dev               # libFuzzer on the control messages (test/fuzz)
 )
 
 missing=()

@@ -60,6 +60,9 @@ constexpr uint8_t kTagResponses = 0x52;
 // Bounds that no legitimate message exceeds; they keep a corrupt length from allocating wildly.
 constexpr uint64_t kMaxItems = uint64_t{1} << 24;
 constexpr uint64_t kMaxDims = 64;
+// The smallest encoded RequestMsg: empty name, no shapes, no splits (see writeRequest); a
+// response adds at least a status, an empty error and two empty lists (20 bytes).
+constexpr size_t kMinRequestBytes = 8 + 3 + 3 * 4 + 2 * 8 + 8 + 8;
 
 class Writer {
  public:
@@ -91,9 +94,12 @@ class Reader {
   int64_t i64() { return get<int64_t>("int64"); }
   uint64_t u64() { return get<uint64_t>("uint64"); }
   double f64() { return get<double>("float64"); }
-  uint64_t count(uint64_t max, const char *what) {
+  // A count of items that take at least `each` bytes apiece: more than the rest of the message
+  // can hold is refused before anything is allocated for them.
+  uint64_t count(uint64_t max, size_t each, const char *what) {
     const uint64_t n = u64();
     if (n > max) fail(what, "count too large");
+    if (n > (in_.size() - pos_) / each) fail(what, "count larger than the rest of the message");
     return n;
   }
   std::string str(const char *what) {
@@ -163,17 +169,17 @@ RequestMsg readRequest(Reader &r) {
   m.root = r.i32();
   m.prescale = r.f64();
   m.postscale = r.f64();
-  const uint64_t nshapes = r.count(kMaxItems, "shape list");
+  const uint64_t nshapes = r.count(kMaxItems, 8, "shape list");
   m.shapes.resize(nshapes);
   for (Shape &s : m.shapes) {
-    const uint64_t nd = r.count(kMaxDims, "shape");
+    const uint64_t nd = r.count(kMaxDims, 8, "shape");
     s.resize(nd);
     for (int64_t &d : s) {
       d = r.i64();
       if (d < 0) r.fail("shape", "negative dimension");
     }
   }
-  const uint64_t nsplits = r.count(kMaxItems, "splits");
+  const uint64_t nsplits = r.count(kMaxItems, 8, "splits");
   m.splits.resize(nsplits);
   for (int64_t &x : m.splits) x = r.i64();
   return m;
@@ -202,7 +208,7 @@ std::string encodeRequests(const std::vector<RequestMsg> &requests) {
 std::vector<RequestMsg> decodeRequests(const std::string &bytes) {
   Reader r(bytes);
   checkHeader(r, kTagRequests);
-  const uint64_t n = r.count(kMaxItems, "request list");
+  const uint64_t n = r.count(kMaxItems, kMinRequestBytes, "request list");
   std::vector<RequestMsg> out;
   out.reserve(std::min<uint64_t>(n, 4096));
   for (uint64_t i = 0; i < n; ++i) out.push_back(readRequest(r));
@@ -229,7 +235,7 @@ std::string encodeResponses(const std::vector<Response> &responses) {
 std::vector<Response> decodeResponses(const std::string &bytes) {
   Reader r(bytes);
   checkHeader(r, kTagResponses);
-  const uint64_t n = r.count(kMaxItems, "response list");
+  const uint64_t n = r.count(kMaxItems, kMinRequestBytes + 20, "response list");
   std::vector<Response> out;
   out.reserve(std::min<uint64_t>(n, 4096));
   for (uint64_t i = 0; i < n; ++i) {
@@ -239,10 +245,10 @@ std::vector<Response> decodeResponses(const std::string &bytes) {
     if (status < HORA_SUCCESS || status > HORA_ERR_INTERNAL) r.fail("status", "unknown status");
     resp.status = static_cast<hora_status_t>(status);
     resp.error = r.str("error message");
-    const uint64_t nd = r.count(kMaxItems, "first dimensions");
+    const uint64_t nd = r.count(kMaxItems, 8, "first dimensions");
     resp.firstDims.resize(nd);
     for (int64_t &d : resp.firstDims) d = r.i64();
-    const uint64_t nj = r.count(kMaxItems, "joined ranks");
+    const uint64_t nj = r.count(kMaxItems, 4, "joined ranks");
     resp.joined.resize(nj);
     for (int32_t &j : resp.joined) j = r.i32();
     out.push_back(std::move(resp));

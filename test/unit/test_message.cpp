@@ -101,6 +101,25 @@ TEST(Message, HugeCountsDoNotAllocate) {
   EXPECT_THROW(decodeRequests(bytes), Error);
 }
 
+// Found by the fuzzer (test/fuzz): a count under the hard limit (2^24 shapes) but far beyond
+// what the message could hold made decoding allocate hundreds of MB before noticing.
+TEST(Message, CountsBeyondTheMessageAreRefusedBeforeAllocating) {
+  RequestMsg one = sample(1);
+  one.shapes.clear();
+  std::string bytes = encodeRequests({one});
+  // The shape-list count sits 8 + 3 + 12 + 16 bytes into the request, after its name.
+  const size_t at = 2 + 8 + 8 + one.name.size() + 3 + 12 + 16;
+  const uint64_t many = uint64_t{1} << 23;  // under kMaxItems
+  std::memcpy(&bytes[at], &many, 8);
+  try {
+    decodeRequests(bytes);
+    ADD_FAILURE() << "a count of 2^23 shapes in a " << bytes.size() << "-byte message was accepted";
+  } catch (const Error &e) {
+    EXPECT_NE(e.message().find("count larger than the rest of the message"), std::string::npos)
+        << e.message();
+  }
+}
+
 TEST(Message, RandomBytesNeverCrash) {
   std::mt19937 rng(7);
   const std::string good = encodeRequests({sample(1), sample(2)});
