@@ -238,9 +238,18 @@ Parsed parseRowsTensor(const Call &call, const DLTensor *input) {
   return t;
 }
 
-void checkOp(const Call &call, hora_reduce_op_t op, DType dtype, double prescale, double postscale) {
-  if (static_cast<int>(op) < HORA_OP_SUM || static_cast<int>(op) > HORA_OP_PRODUCT) {
-    HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call.where(), ": reduce op ", static_cast<int>(op),
+// The caller's op as an int, read without loading it as the enum type: any int may arrive
+// through the C ABI, and a value outside the enum's range is undefined behaviour in C++.
+int rawOp(const hora_reduce_op_t *op) {
+  static_assert(sizeof(hora_reduce_op_t) == sizeof(int), "hora_reduce_op_t is an int-sized enum");
+  int v;
+  std::memcpy(&v, op, sizeof v);
+  return v;
+}
+
+void checkOp(const Call &call, int op, DType dtype, double prescale, double postscale) {
+  if (op < HORA_OP_SUM || op > HORA_OP_PRODUCT) {
+    HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call.where(), ": reduce op ", op,
                " is not one of HORA_OP_SUM..HORA_OP_PRODUCT");
   }
   if (!std::isfinite(prescale) || !std::isfinite(postscale)) {
@@ -316,7 +325,7 @@ void submit(Engine &engine, const Call &call, RequestMsg msg, std::vector<Tensor
 }
 
 void allreduceImpl(const char *name, int n, const DLTensor *inputs, DLTensor *outputs,
-                   hora_reduce_op_t op, double prescale, double postscale, int32_t processSet,
+                   int op, double prescale, double postscale, int32_t processSet,
                    hora_request_t *request_p) {
   auto engine = requireEngine("allreduce");
   Call call = makeCall(*engine, OpType::kAllreduce, name, processSet);
@@ -426,8 +435,9 @@ HORA_TOPOLOGY_GETTER(hora_cross_size, crossSize)
 hora_status_t hora_allreduce_async(const char *name, const DLTensor *input, DLTensor *output,
                                    hora_reduce_op_t op, double prescale, double postscale,
                                    int32_t process_set, hora_request_t *request_p) {
+  const int opv = rawOp(&op);
   return guarded([&] {
-    allreduceImpl(name, 1, input, output, op, prescale, postscale, process_set, request_p);
+    allreduceImpl(name, 1, input, output, opv, prescale, postscale, process_set, request_p);
   });
 }
 
@@ -435,8 +445,9 @@ hora_status_t hora_grouped_allreduce_async(const char *name, int n, const DLTens
                                            DLTensor *outputs, hora_reduce_op_t op, double prescale,
                                            double postscale, int32_t process_set,
                                            hora_request_t *request_p) {
+  const int opv = rawOp(&op);
   return guarded([&] {
-    allreduceImpl(name, n, inputs, outputs, op, prescale, postscale, process_set, request_p);
+    allreduceImpl(name, n, inputs, outputs, opv, prescale, postscale, process_set, request_p);
   });
 }
 
@@ -517,16 +528,17 @@ hora_status_t hora_alltoall_async(const char *name, const DLTensor *input, const
 hora_status_t hora_reducescatter_async(const char *name, const DLTensor *input,
                                        hora_reduce_op_t op, int32_t process_set,
                                        hora_request_t *request_p) {
+  const int opv = rawOp(&op);
   return guarded([&] {
     auto engine = requireEngine("reducescatter");
     Call call = makeCall(*engine, OpType::kReducescatter, name, process_set);
     checkRequestPtr(call, request_p);
     Parsed t = parseRowsTensor(call, input);
-    checkOp(call, op, t.dtype, 1.0, 1.0);
+    checkOp(call, opv, t.dtype, 1.0, 1.0);
     RequestMsg msg;
     msg.dtype = t.dtype;
     msg.device = t.device;
-    msg.reduceOp = static_cast<ReduceOp>(op);
+    msg.reduceOp = static_cast<ReduceOp>(opv);
     msg.shapes.push_back(t.shape);
     submit(*engine, call, std::move(msg), {TensorArg{t.data, nullptr, t.numel}}, request_p);
   });
