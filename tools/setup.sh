@@ -14,6 +14,9 @@ packages=(
   python3                                # /usr/bin/python3: run_tests.sh reads meson's testlog
   gnuplot-nox                            # hora-bench --plot: busbw against size as a PNG
   clang libclang-rt-14-dev               # libFuzzer on the control messages (test/fuzz)
+  python3-dev pybind11-dev               # the Python bindings (bindings/python)
+  python3-numpy python3-torch python3-pytest  # ... their tests, hora.torch and the examples
+  libtorch-dev                           # the "hora" torch.distributed backend (C++ ProcessGroup)
 )
 
 missing=()

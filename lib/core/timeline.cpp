@@ -27,11 +27,11 @@ int64_t sinceEpochNs(Timeline::Clock::time_point t) {
 }  // namespace
 
 std::string Timeline::rankPath(const std::string &path, int rank, int size) {
-  if (size <= 1) return path;
   const std::string r = std::to_string(rank);
   if (const size_t at = path.find("{rank}"); at != std::string::npos) {
     return path.substr(0, at) + r + path.substr(at + 6);
   }
+  if (size <= 1) return path;
   const size_t slash = path.rfind('/');
   const size_t dot = path.rfind('.');
   if (dot != std::string::npos && (slash == std::string::npos || dot > slash + 1)) {

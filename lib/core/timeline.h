@@ -38,8 +38,9 @@ class Timeline {
   Timeline(const Timeline &) = delete;
   Timeline &operator=(const Timeline &) = delete;
 
-  // This rank's file for `path`: `path` itself in a world of one; otherwise "{rank}" in it is
-  // replaced by the rank, or ".rank<R>" goes before its extension (trace.json -> trace.rank1.json).
+  // This rank's file for `path`: "{rank}" in it is replaced by the rank; otherwise `path` itself
+  // in a world of one, and ".rank<R>" before its extension in a larger one
+  // (trace.json -> trace.rank1.json).
   static std::string rankPath(const std::string &path, int rank, int size);
 
   // Any thread. Starts writing to rankPath(path) (a running timeline is stopped first). Throws

@@ -35,6 +35,7 @@ TEST(Timeline, EachRankWritesItsOwnFile) {
   EXPECT_EQ(Timeline::rankPath("/t/trace.json", 0, 1), "/t/trace.json");
   EXPECT_EQ(Timeline::rankPath("/t/trace.json", 3, 4), "/t/trace.rank3.json");
   EXPECT_EQ(Timeline::rankPath("/t/run{rank}/x.json", 2, 4), "/t/run2/x.json");
+  EXPECT_EQ(Timeline::rankPath("/t/trace.{rank}.json", 0, 1), "/t/trace.0.json");
   EXPECT_EQ(Timeline::rankPath("/t.d/trace", 1, 2), "/t.d/trace.rank1");
   EXPECT_EQ(Timeline::rankPath("/t/.hidden", 1, 2), "/t/.hidden.rank1");
 }
