@@ -429,6 +429,35 @@ TEST(BadArguments, AllreduceRejectsEachAtSubmission) {
   expectGoodAllreduce("bad.after_allreduce", 21);
 }
 
+// Names are opaque bytes up to 4096 of them: hostile ones are refused (too long, empty) or
+// carried exactly (not UTF-8, control characters, quotes) through negotiation and the cache.
+TEST(BadArguments, TensorNames) {
+  hora_request_t req = nullptr;
+  auto t = makeTensor(f32(), {8});
+  const std::string huge(1 << 20, 'n');
+  expectRejected("a 1 MiB name",
+                 hora_allreduce_async(huge.c_str(), t->dl(), t->dl(), HORA_OP_SUM, 1.0, 1.0, 0, &req), req);
+  EXPECT_NE(mp::lastError().find("4096"), std::string::npos) << mp::lastError();
+  expectRejected("an empty name", hora_allreduce_async("", t->dl(), t->dl(), HORA_OP_SUM, 1.0, 1.0, 0, &req), req);
+
+  const std::string longest = std::string(4095, 'L') + "!";
+  const std::string binary = std::string("grad\xff\xfe\x01\n\"\\", 10) + "\xc3\x28.w";
+  int64_t salt = 40;
+  for (int step = 0; step < 2; ++step) {  // the second step goes through the response cache
+    for (const std::string &name : {longest, binary}) {
+      auto x = makeTensor(f32(), {8});
+      mp::fillInput(*x, HORA_OP_SUM, ++salt);
+      req = nullptr;
+      MP_ASSERT_OK(hora_allreduce_async(name.c_str(), x->dl(), x->dl(), HORA_OP_SUM, 1.0, 1.0, 0, &req))
+          << "a " << name.size() << "-byte name";
+      Request guard(req);
+      MP_ASSERT_OK(hora_wait(req)) << "a " << name.size() << "-byte name";
+      EXPECT_TRUE(mp::matchesReduction(*x, HORA_OP_SUM, salt, 1.0, 1.0)) << name.size();
+    }
+  }
+  expectGoodAllreduce("names.after", 50);
+}
+
 TEST(BadArguments, BroadcastAndAllgatherRejectEachAtSubmission) {
   const int n = mp::size();
   auto good = makeTensor(f32(), {4, 3});
