@@ -31,8 +31,9 @@ case "$kind" in
 esac
 
 tools/setup.sh
-# No benchmarks or CUDA kernels: they add build time and no test.
-options+=(-Dbuildtype=debugoptimized -Dbench=disabled -Dnccl=disabled)
+# No benchmarks, CUDA kernels or Python extensions (Python is not built with the sanitizer
+# runtime): they add build time and no test here.
+options+=(-Dbuildtype=debugoptimized -Dbench=disabled -Dnccl=disabled -Dpython=disabled)
 if [ -f "$builddir/build.ninja" ]; then
   meson setup --reconfigure "$builddir" "${options[@]}" >/dev/null
 else

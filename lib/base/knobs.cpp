@@ -125,6 +125,29 @@ const std::vector<KnobSpec> kTable = {
        return true;
      },
      [](const Knobs &k) { return k.timeline; }},
+    {"HORA_FLIGHT_RECORDER", "/tmp/hora-flight.{rank}.json",
+     "where each rank writes its last operations on a timeout, a lost peer, a backend error or "
+     "SIGUSR1 ({rank}: the rank; off: record nothing); tools/hora-flight-check compares them",
+     [](const std::string &t, Knobs &k, std::string *why) {
+       if (t.empty()) {
+         *why = "expected a path, or off";
+         return false;
+       }
+       k.flightRecorder = t == "off" ? "" : t;
+       return true;
+     },
+     [](const Knobs &k) { return k.flightRecorder.empty() ? std::string("off") : k.flightRecorder; }},
+    {"HORA_FLIGHT_RECORDER_OPS", "1024", "operations the flight recorder keeps per rank",
+     [](const std::string &t, Knobs &k, std::string *why) {
+       double v;
+       if (!parseDouble(t, 1, 1 << 24, &v, why) || v != std::floor(v)) {
+         *why = "expected an integer in [1, 16777216]";
+         return false;
+       }
+       k.flightRecorderOps = static_cast<int64_t>(v);
+       return true;
+     },
+     [](const Knobs &k) { return std::to_string(k.flightRecorderOps); }},
     {"HORA_STALL_WARNING_S", "60",
      "warn when some ranks have submitted a tensor and others have not (issue 8)",
      [](const std::string &t, Knobs &k, std::string *why) {

@@ -20,6 +20,8 @@ struct Knobs {
   std::string shm = "auto";         // auto, cma, off: the intra-host allreduce path
   std::string threadAffinity = "auto";  // auto, off, or one CPU per local rank: "0,1"
   std::string timeline;             // empty = off
+  std::string flightRecorder = "/tmp/hora-flight.{rank}.json";  // "" = off
+  int64_t flightRecorderOps = 1024;
   double stallWarningS = 60;
   double stallShutdownS = 0;  // 0 = off
   double timeoutS = 300;

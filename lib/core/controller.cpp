@@ -291,14 +291,11 @@ Controller::Outcome Controller::negotiate(const PendingMap &pending, bool reques
   // Same updates in the same order on every rank keeps the caches (and slot numbers) identical.
   for (int slot : hitSlots) cache_.touch(slot);
   const int me = plane_.rank();
-  // A stalled name failed by the coordinator concerns only the ranks that submitted it.
-  fresh.erase(std::remove_if(fresh.begin(), fresh.end(),
-                             [&](const Response &resp) {
-                               return resp.status == HORA_ERR_TIMEOUT && pending.count(resp.agreed.name) == 0;
-                             }),
-              fresh.end());
   for (const Response &resp : fresh) {
     auto it = pending.find(resp.agreed.name);
+    // A stalled name failed by the coordinator reaches every rank, so that each keeps the same
+    // sequence of operations; the ranks that never submitted it only count it.
+    if (it == pending.end() && resp.status == HORA_ERR_TIMEOUT) continue;
     if (it == pending.end()) {
       HORA_ENFORCE(std::find(resp.joined.begin(), resp.joined.end(), me) != resp.joined.end(),
                    "coordinator answered '", resp.agreed.name,

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 
 #include "backends/registry.h"
 #include "core/affinity.h"
@@ -15,15 +16,27 @@ namespace hora {
 
 namespace {
 
-// SIGUSR1: every coordinator reports its stalled names at its next cycle. Installed only where
-// the program left SIGUSR1 at its default (which would kill the process), once per process.
-void onStallSignal(int) { stallReportRequests().fetch_add(1, std::memory_order_relaxed); }
+// SIGUSR1: every coordinator reports its stalled names at its next cycle, and every flight
+// recorder writes its file. Installed only where the program left SIGUSR1 at its default (which
+// would kill the process), once per process.
+void onStallSignal(int) {
+  stallReportRequests().fetch_add(1, std::memory_order_relaxed);
+  const int saved = errno;
+  if (const int fd = FlightRecorder::signalWriteFd(); fd >= 0) {
+    const char byte = 1;
+    if (write(fd, &byte, 1) < 0) {
+      // the pipe is full: a dump is pending anyway
+    }
+  }
+  errno = saved;
+}
 
 void installStallSignal() {
   static std::once_flag once;
   std::call_once(once, [] {
     struct sigaction current {};
     if (sigaction(SIGUSR1, nullptr, &current) != 0 || current.sa_handler != SIG_DFL) return;
+    FlightRecorder::makeSignalPipe();
     struct sigaction action {};
     action.sa_handler = onStallSignal;
     sigemptyset(&action.sa_mask);
@@ -63,6 +76,10 @@ std::shared_ptr<Engine> Engine::start(const Knobs &knobs) {
     char host[256] = {};
     gethostname(host, sizeof host - 1);
     origin.host = host;
+    e->flight_ = std::make_unique<FlightRecorder>(
+        static_cast<size_t>(e->knobs_.flightRecorderOps), e->knobs_.flightRecorder,
+        FlightOrigin{origin.rank, origin.size, origin.host});
+    parts.flight = e->flight_.get();
     e->timeline_ = std::make_unique<Timeline>(std::move(origin));
     parts.timeline = e->timeline_.get();
     e->worldGroup_ = parts.group.get();
@@ -231,6 +248,7 @@ void Engine::runSetOp(Request *request, const Response &response) {
         parts.cpu = engineCpu_;  // every engine of a rank on its one CPU
         parts.localRank = topology_.localRank;
         parts.timeline = timeline_.get();
+        parts.flight = flight_.get();
         return parts;
       };
       info.engine = SetEngine::start(id, knobs_, setup, nullptr);

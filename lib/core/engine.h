@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/set_engine.h"
+#include "core/flight_recorder.h"
 #include "core/timeline.h"
 
 namespace hora {
@@ -58,6 +59,7 @@ class Engine final : private SetOpHandler {
   const Knobs knobs_;
   // Made on the world thread during start(); outlives every set's thread, which records in it.
   std::unique_ptr<Timeline> timeline_;
+  std::unique_ptr<FlightRecorder> flight_;  // the same
   Topology topology_;
   const char *launcher_ = "";
   const char *backendName_ = "";

@@ -72,6 +72,7 @@ class Request {
   // (while a timeline records) when the engine took it from the queue.
   bool sentToCoordinator = false;
   std::chrono::steady_clock::time_point dequeued;
+  uint64_t flightId = 0;  // its flight recorder record (0: none)
 
  private:
   void *describeOutput(void *data, const Shape &shape);  // output_ over `data`

@@ -92,6 +92,7 @@ void SetEngine::threadMain(const std::function<Parts()> &setup, std::promise<Sta
         StallPolicy{knobs_.stallWarningS, knobs_.stallShutdownS, id_});
     executor_ = std::make_unique<Executor>(*parts_.backend, size_, rank_);
     timeline_ = parts_.timeline;
+    flight_ = parts_.flight;
     executor_->setTimeline(timeline_, id_);
     if (std::string why; parts_.cpu >= 0 && !bindThisThread(parts_.cpu, &why)) {
       HORA_LOG(kWarning) << "HORA_THREAD_AFFINITY: cannot bind " << threadName << " to CPU "
@@ -177,10 +178,22 @@ void SetEngine::execute(const std::vector<Response> &responses) {
     const Response &first = responses[group.members.front()];
     std::vector<Request *> requests;
     std::vector<const Response *> members;
+    std::vector<int64_t> seqs;  // each member's place in the set's sequence of operations
     requests.reserve(group.members.size());
     for (size_t m : group.members) {
-      members.push_back(&responses[m]);
+      const int64_t seq = ++opSeq_;
       auto it = pending_.find(responses[m].agreed.name);
+      if (it == pending_.end() && responses[m].status == HORA_ERR_TIMEOUT) {
+        // HORA_STALL_SHUTDOWN_S failed a name this rank never submitted: nothing to run here,
+        // but the moment to keep this rank's past too
+        if (flight_ != nullptr) {
+          flight_->absent(id_, responses[m].agreed, seq);
+          flight_->dump(responses[m].error);
+        }
+        continue;
+      }
+      members.push_back(&responses[m]);
+      seqs.push_back(seq);
       if (it != pending_.end()) {
         requests.push_back(it->second.get());
       } else {
@@ -190,8 +203,17 @@ void SetEngine::execute(const std::vector<Response> &responses) {
         requests.push_back(standIns.back().get());
       }
     }
+    if (requests.empty()) continue;
     const bool traced = timeline_ != nullptr && timeline_->active();
     const Timeline::Clock::time_point began = traced ? Timeline::Clock::now() : Timeline::Clock::time_point{};
+    if (flight_ != nullptr) {
+      for (size_t i = 0; i < requests.size(); ++i) {
+        if (requests[i]->isStandIn()) {
+          requests[i]->flightId = flight_->submitted(id_, members[i]->agreed, requests[i]->bytes());
+        }
+        flight_->started(requests[i]->flightId, seqs[i]);
+      }
+    }
     Status status;
     if (!first.ok()) {
       status = Status{first.status, first.error};
@@ -224,6 +246,11 @@ void SetEngine::execute(const std::vector<Response> &responses) {
       }
     }
     if (traced) trace(requests, first, began);
+    if (flight_ != nullptr) {
+      for (Request *r : requests) flight_->finished(r->flightId, status.code);
+      // HORA_STALL_SHUTDOWN_S failed it on every rank: the moment to look at every rank's past
+      if (status.code == HORA_ERR_TIMEOUT) flight_->dump(status.message);
+    }
     std::vector<RequestPtr> settled;
     for (size_t m : group.members) {
       if (RequestPtr r = finish(responses[m].agreed.name, status)) settled.push_back(std::move(r));
@@ -302,7 +329,15 @@ void SetEngine::submit(RequestPtr request) {
                  " are on cuda:", first, "; one GPU per rank and process set");
     }
   }
-  queue_.push(std::move(request));
+  const uint64_t flightId =
+      flight_ != nullptr ? flight_->submitted(id_, request->msg(), request->bytes()) : 0;
+  request->flightId = flightId;
+  try {
+    queue_.push(std::move(request));
+  } catch (const Error &e) {
+    if (flight_ != nullptr) flight_->finished(flightId, e.status());
+    throw;
+  }
 }
 
 RequestPtr SetEngine::finish(const std::string &name, const Status &status) {
@@ -323,7 +358,11 @@ void SetEngine::stop(const Status &why) {
   for (RequestPtr &r : all) {
     Status s = why;
     s.message = std::string(opTypeName(r->msg().op)) + " '" + r->name() + "': " + why.message;
+    if (flight_ != nullptr) flight_->finished(r->flightId, s.code);
     r->complete(std::move(s));
+  }
+  if (flight_ != nullptr && why.code != HORA_ERR_SHUT_DOWN) {
+    flight_->dump("process set " + std::to_string(id_) + " stopped: " + why.message);
   }
 }
 

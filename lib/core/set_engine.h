@@ -14,6 +14,7 @@
 #include "core/controller.h"
 #include "core/device_executor.h"
 #include "core/executor.h"
+#include "core/flight_recorder.h"
 #include "core/tensor_queue.h"
 #include "core/timeline.h"
 
@@ -41,6 +42,7 @@ class SetEngine {
     int cpu = -1;  // the CPU the thread binds itself to (HORA_THREAD_AFFINITY), -1 for none
     int localRank = 0;  // this rank's on its host: its GPU when no tensor names one
     Timeline *timeline = nullptr;  // the runtime's, recorded in while it is active
+    FlightRecorder *flight = nullptr;  // the runtime's, always recording (unless off)
   };
   // Starts the thread, which runs `setup` to get its group and backend, and returns once that is
   // done. Throws Error with the status setup failed with.
@@ -100,6 +102,8 @@ class SetEngine {
   std::unique_ptr<Controller> controller_;
   std::unique_ptr<Executor> executor_;
   Timeline *timeline_ = nullptr;  // the runtime's (Parts::timeline)
+  FlightRecorder *flight_ = nullptr;  // the runtime's (Parts::flight); set before start() returns
+  int64_t opSeq_ = 0;  // responses executed: the same sequence on every member
   // CUDA tensors' executor (NCCL), made at the set's first CUDA response: one GPU per rank and set.
   std::unique_ptr<DeviceExecutor> device_;
   std::atomic<int> cudaDevice_{-1};  // the GPU of this rank's first CUDA submission in the set

@@ -8,7 +8,7 @@
 namespace hora {
 
 void TensorQueue::push(RequestPtr request) {
-  bool onBell = false, first = false;
+  bool first = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (closed_) throw Error(closedStatus_.code, closedStatus_.message, __FILE__, __LINE__);
@@ -21,12 +21,13 @@ void TensorQueue::push(RequestPtr request) {
     first = queue_.empty();
     if (first) firstArrival_ = std::chrono::steady_clock::now();
     queue_.push_back(std::move(request));
-    onBell = onBell_;
+    // Rung under the lock: the engine takes it again when it wakes, so it cannot tear the bell
+    // down (with its backend) while this ring is on the way.
+    if (onBell_) bell_->ring();
   }
   // Only the first request wakes the engine: behind it, the engine waits out the batch window
   // for flush or shutdown alone, and a wake-up per request would cost a context switch each.
   if (first) cv_.notify_one();
-  if (onBell) bell_->ring();
 }
 
 void TensorQueue::requestFlush() {
@@ -38,14 +39,14 @@ void TensorQueue::requestFlush() {
 }
 
 void TensorQueue::requestShutdown() {
-  bool onBell = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     shutdown_ = true;
-    onBell = onBell_;
+    // Rung under the lock: the engine takes it again when it wakes, so it cannot tear the bell
+    // down (with its backend) while this ring is on the way.
+    if (onBell_) bell_->ring();
   }
   cv_.notify_one();
-  if (onBell) bell_->ring();
 }
 
 bool TensorQueue::shutdownRequested() const {

@@ -29,7 +29,10 @@ class TensorQueue {
 
   // Engine thread, before any other thread pushes (or nullptr, before the bell goes away): with a
   // bell, the busy wait below sleeps on it, so a peer starting a cycle wakes it too.
-  void setBell(PeerBell *bell) { bell_ = bell; }
+  void setBell(PeerBell *bell) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    bell_ = bell;
+  }
 
   // Engine thread. Blocks until a request is queued or shutdown is requested; with `busy` set
   // (the engine has requests under negotiation) waits at most until `busyDeadline`, or until
@@ -47,9 +50,10 @@ class TensorQueue {
   std::vector<RequestPtr> close(Status status);
 
  private:
+  // This mutex protects: bell_ (the engine thread, its only writer, reads it without),
+  // queue_, inFlight_, flush_, shutdown_, closed_, closedStatus_, firstArrival_, onBell_ (the
+  // engine sleeps on the bell: wake it there).
   PeerBell *bell_ = nullptr;
-  // This mutex protects: queue_, inFlight_, flush_, shutdown_, closed_, closedStatus_,
-  // firstArrival_, onBell_ (the engine sleeps on the bell: wake it there).
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<RequestPtr> queue_;

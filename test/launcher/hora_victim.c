@@ -1,9 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* A hora job in which one rank dies mid-run (SIGKILL), for the launcher's failure test. */
+/* A hora job in which one rank (VICTIM, default 1) fails mid-run at step 20: HOW=kill (default)
+   SIGKILLs itself, HOW=stop SIGSTOPs itself (a hung process). The survivors report the error
+   they got and whether hora_shutdown then returns, and exit with status 3. */
 #include <hora/hora.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 int main(void) {
   if (hora_init() != HORA_SUCCESS) {
@@ -11,16 +14,23 @@ int main(void) {
     return 1;
   }
   const int victim = atoi(getenv("VICTIM") ? getenv("VICTIM") : "1");
+  const int stop = getenv("HOW") != NULL && strcmp(getenv("HOW"), "stop") == 0;
+  const int rank = hora_rank();
   float x[1024] = {0};
   int64_t shape[1] = {1024};
   DLTensor t = {x, {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, shape, NULL, 0};
   for (int step = 0;; ++step) {
-    if (step == 20 && hora_rank() == victim) raise(SIGKILL);
-    hora_request_t req;
-    if (hora_allreduce_async("grad", &t, &t, HORA_OP_SUM, 1.0, 1.0, 0, &req) != HORA_SUCCESS ||
-        hora_wait(req) != HORA_SUCCESS) {
-      fprintf(stderr, "rank %d: %s\n", hora_rank(), hora_last_error());
-      return 1;
+    if (step == 20 && rank == victim) raise(stop ? SIGSTOP : SIGKILL);
+    hora_request_t req = NULL;
+    hora_status_t s = hora_allreduce_async("grad", &t, &t, HORA_OP_SUM, 1.0, 1.0, 0, &req);
+    if (s == HORA_SUCCESS) s = hora_wait(req);
+    if (s != HORA_SUCCESS) {
+      fprintf(stderr, "rank %d: step %d: %s: %s\n", rank, step, hora_status_string(s),
+              hora_last_error());
+      hora_request_free(req);
+      s = hora_shutdown();
+      fprintf(stderr, "rank %d: hora_shutdown -> %s\n", rank, hora_status_string(s));
+      return 3;
     }
     hora_request_free(req);
   }

@@ -5,6 +5,7 @@
 #include <gloo/allgather.h>
 #include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
 #include <gloo/broadcast.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
@@ -12,6 +13,8 @@
 
 #include <chrono>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include "base/logging.h"
 
@@ -144,6 +147,65 @@ bool contains(const std::string &text, const char *needle) {
   return text.find(needle) != std::string::npos;
 }
 
+// Which rank a Gloo error is about. Gloo names only the peer's socket address ("Connection
+// closed by peer [10.0.0.2]:40213"); each pair listens on a port of its own, so every group
+// learns, when it connects, the address each peer's pair to this rank listens on, and records
+// it here, process-wide, for the error path.
+class PeerAddressBook {
+ public:
+  static PeerAddressBook &instance() {
+    static auto *book = new PeerAddressBook();  // never destroyed: errors may come at exit
+    return *book;
+  }
+  void add(const std::string &address, std::string who) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    byAddress_[address] = std::move(who);
+  }
+  void remove(const std::string &address) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    byAddress_.erase(address);
+  }
+  // "rank 2 of 4" for the first address in `text` that a group recorded, else "".
+  std::string peerIn(const std::string &text) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (size_t open = text.find('['); open != std::string::npos; open = text.find('[', open + 1)) {
+      const size_t close = text.find("]:", open);
+      if (close == std::string::npos) break;
+      size_t end = close + 2;
+      while (end < text.size() && text[end] >= '0' && text[end] <= '9') ++end;
+      auto it = byAddress_.find(text.substr(open, end - open));
+      if (it != byAddress_.end()) return it->second;
+    }
+    return "";
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::string, std::string> byAddress_;
+};
+
+// Every rank sends each peer the address of its own pair to that peer (64 bytes a peer).
+std::vector<std::string> peerPairAddresses(const std::shared_ptr<gloo::Context> &context) {
+  constexpr size_t kWidth = 64;
+  const auto n = static_cast<size_t>(context->size);
+  std::vector<char> mine(n * kWidth, '\0'), theirs(n * kWidth, '\0');
+  for (int peer = 0; peer < context->size; ++peer) {
+    if (peer == context->rank) continue;
+    const std::string address = context->getPair(peer)->address().str();
+    std::memcpy(&mine[static_cast<size_t>(peer) * kWidth], address.data(),
+                std::min(address.size(), kWidth - 1));
+  }
+  gloo::AlltoallOptions opts(context);
+  opts.setInput(mine.data(), mine.size());
+  opts.setOutput(theirs.data(), theirs.size());
+  gloo::alltoall(opts);
+  std::vector<std::string> out(n);
+  for (size_t peer = 0; peer < n; ++peer) {
+    if (static_cast<int>(peer) != context->rank) out[peer] = std::string(&theirs[peer * kWidth]);
+  }
+  return out;
+}
+
 }  // namespace
 
 void throwGlooError(const char *what, int rank, const std::exception &e, const char *file,
@@ -156,7 +218,14 @@ void throwGlooError(const char *what, int rank, const std::exception &e, const c
              contains(text, "Connection refused") || contains(text, "EOF")) {
     status = HORA_ERR_PEER_LOST;
   }
-  throw Error(status, detail::concat(what, " failed on rank ", rank, " (gloo): ", text), file, line);
+  const std::string peer = PeerAddressBook::instance().peerIn(text);
+  throw Error(status,
+              detail::concat(what, " failed on rank ", rank, " (gloo): ",
+                             peer.empty() ? "" : status == HORA_ERR_PEER_LOST
+                                                     ? "lost " + peer + ": "
+                                                     : "waiting for " + peer + ": ",
+                             text),
+              file, line);
 }
 
 GlooGroup::GlooGroup(std::shared_ptr<TcpStoreClient> store, const std::string &prefix, int rank,
@@ -172,9 +241,24 @@ GlooGroup::GlooGroup(std::shared_ptr<TcpStoreClient> store, const std::string &p
     context->connectFullMesh(adapter, device);
     context_ = context;
   });
+  glooCall("exchanging the mesh's addresses", rank, [&] {
+    peerAddresses_ = peerPairAddresses(context_);
+  });
+  for (int peer = 0; peer < size; ++peer) {
+    if (peer == rank) continue;
+    HORA_LOG(kDebug) << "gloo: rank " << peer << "'s pair to rank " << rank << " is at "
+                     << peerAddresses_[static_cast<size_t>(peer)] << "; ours to it at "
+                     << context_->getPair(peer)->address().str();
+    PeerAddressBook::instance().add(peerAddresses_[static_cast<size_t>(peer)],
+                                    detail::concat("rank ", peer, " of ", size));
+  }
   plane_ = std::make_unique<GlooControlPlane>(context_, timeoutS);
 }
 
-GlooGroup::~GlooGroup() = default;
+GlooGroup::~GlooGroup() {
+  for (const std::string &address : peerAddresses_) {
+    if (!address.empty()) PeerAddressBook::instance().remove(address);
+  }
+}
 
 }  // namespace hora

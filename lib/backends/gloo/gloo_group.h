@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/env/tcp_store.h"
@@ -31,6 +32,7 @@ class GlooGroup final : public Group {
   std::shared_ptr<gloo::Context> context_;
   std::unique_ptr<ControlPlane> plane_;
   double timeoutS_;
+  std::vector<std::string> peerAddresses_;  // by peer rank: its pair to this rank listens there
 };
 
 // Runs `body`, turning Gloo's exceptions into hora's: timeouts -> HORA_ERR_TIMEOUT, a closed or

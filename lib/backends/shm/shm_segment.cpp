@@ -11,6 +11,8 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <random>
 
 #include "base/error.h"
@@ -26,6 +28,17 @@
 
 namespace hora {
 namespace {
+
+// A peer that exited: no such process, or a zombie its parent has not reaped yet (a launcher
+// that is busy, or a test harness, can leave it so for a long time).
+bool processGone(pid_t pid) {
+  if (kill(pid, 0) != 0) return errno == ESRCH;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t close = stat.rfind(')');  // the command name may hold spaces and parentheses
+  return close != std::string::npos && close + 2 < stat.size() &&
+         (stat[close + 2] == 'Z' || stat[close + 2] == 'X');
+}
 
 std::string errnoText(const char *what) { return detail::concat(what, ": ", std::strerror(errno)); }
 
@@ -175,7 +188,7 @@ void ShmBarrier::wait(const char *what) {
 
     for (size_t r = 0; r < pids_.size(); ++r) {
       if (state_->reached[r].load(std::memory_order_acquire) < epoch &&
-          kill(pids_[r], 0) != 0 && errno == ESRCH) {
+          processGone(pids_[r])) {
         HORA_THROW(HORA_ERR_PEER_LOST, "shared-memory ", what, ": rank ", r, " (pid ", pids_[r],
                    ") has exited; ranks ", missing(epoch), " never arrived");
       }

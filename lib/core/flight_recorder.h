@@ -1,0 +1,93 @@
+// SPDX-License-Identifier: Apache-2.0
+// The flight recorder: this rank's last N operations (submitted, negotiated as the set's n-th
+// operation, running, done or failed, with times) in a ring, written to a JSON file when
+// something goes wrong (a timeout, a lost peer, a backend error) or on SIGUSR1.
+// tools/hora-flight-check reads every rank's file and names the first operation where the ranks
+// diverge.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <hora/hora.h>
+
+#include "core/message.h"
+
+namespace hora {
+
+struct FlightOrigin {
+  int rank = 0;
+  int size = 1;
+  std::string host;
+};
+
+// Recording is a few stores under a mutex per request; nothing is written until a dump.
+class FlightRecorder {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // capacity 0: records nothing, dumps nothing. `path` may hold "{rank}" (see Timeline::rankPath).
+  FlightRecorder(size_t capacity, std::string path, FlightOrigin origin);
+  ~FlightRecorder();
+  FlightRecorder(const FlightRecorder &) = delete;
+  FlightRecorder &operator=(const FlightRecorder &) = delete;
+
+  // Any thread: a request of process set `set` was submitted. Returns its record's id, 0 when
+  // the recorder is off. Ids of records the ring has since overwritten are ignored below.
+  uint64_t submitted(int32_t set, const RequestMsg &msg, int64_t bytes);
+  // The set's engine thread: negotiated as the set's `seq`-th operation (the same on every
+  // member), running from now.
+  void started(uint64_t id, int64_t seq);
+  void finished(uint64_t id, hora_status_t status);
+  // The set's engine thread: the set's `seq`-th operation is one this rank never submitted
+  // (HORA_STALL_SHUTDOWN_S failed it on the ranks that did).
+  void absent(int32_t set, const RequestMsg &msg, int64_t seq);
+
+  // Any thread. Writes this rank's file (atomically: a temporary file, then rename) and logs
+  // where; returns the path, "" when the recorder is off or the file could not be written.
+  std::string dump(const std::string &reason);
+  // The file's contents.
+  std::string json(const std::string &reason) const;
+  std::string path() const { return path_; }
+
+  // Process-wide: the SIGUSR1 handler writes a byte to signalWriteFd() and every recorder dumps
+  // (from a thread of its own, so a dump works while the engine is stuck inside a collective).
+  // makeSignalPipe() runs before the handler is installed; the fd is -1 if it failed.
+  static void makeSignalPipe();
+  static int signalWriteFd();
+
+ private:
+  enum class State : uint8_t { kSubmitted, kRunning, kDone, kFailed, kNotSubmitted };
+  struct Record {
+    uint64_t id = 0;  // 0: empty slot
+    int32_t set = 0;
+    int64_t seq = -1;  // -1: not negotiated (yet)
+    std::string name;
+    OpType op = OpType::kAllreduce;
+    DType dtype = DType::kFloat32;
+    int64_t bytes = 0;
+    State state = State::kSubmitted;
+    hora_status_t status = HORA_SUCCESS;
+    Clock::time_point submittedAt, startedAt, endedAt;
+  };
+  Record *slotLocked(uint64_t id);  // nullptr if overwritten
+  void watchSignals();
+
+  const size_t capacity_;
+  const std::string path_;  // this rank's file
+  const FlightOrigin origin_;
+  const Clock::time_point start_;
+  const int64_t startUnixUs_;
+  // This mutex protects: ring_, nextId_.
+  mutable std::mutex mutex_;
+  std::vector<Record> ring_;
+  uint64_t nextId_ = 1;
+  int stopPipe_[2] = {-1, -1};  // the destructor wakes the watcher through it
+  std::thread watcher_;
+};
+
+}  // namespace hora

@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: Apache-2.0
+// The flight recorder's ring and its file; tools/hora-flight-check reads what it writes
+// (test/flight).
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "core/flight_recorder.h"
+
+namespace hora {
+namespace {
+
+RequestMsg msg(const std::string &name, int64_t elements) {
+  RequestMsg m;
+  m.name = name;
+  m.op = OpType::kAllreduce;
+  m.dtype = DType::kFloat32;
+  m.shapes = {{elements}};
+  return m;
+}
+
+std::string tempPath(const std::string &leaf) {
+  return "/tmp/hora_test_flight." + std::to_string(getpid()) + "." + leaf;
+}
+
+std::string readFile(const std::string &path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+size_t count(const std::string &text, const std::string &what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST(FlightRecorder, KeepsTheLastOperationsWithTheirStates) {
+  FlightRecorder fr(4, tempPath("ring.json"), FlightOrigin{1, 2, "hostA"});
+  uint64_t ids[6];
+  for (int i = 0; i < 6; ++i) {
+    ids[i] = fr.submitted(0, msg("t" + std::to_string(i), 10), 40);
+    ASSERT_EQ(ids[i], static_cast<uint64_t>(i + 1));
+  }
+  fr.started(ids[0], 1);  // overwritten by t4: ignored
+  fr.started(ids[2], 7);
+  fr.finished(ids[2], HORA_SUCCESS);
+  fr.started(ids[3], 8);
+  fr.finished(ids[3], HORA_ERR_PEER_LOST);
+  fr.started(ids[4], 9);
+  const std::string json = fr.json("why \"quoted\"");
+  EXPECT_EQ(count(json, "\"id\":"), 4u) << json;  // the ring holds 4: t2..t5, oldest first
+  EXPECT_EQ(json.find("\"t0\""), std::string::npos);
+  EXPECT_EQ(json.find("\"t1\""), std::string::npos);
+  EXPECT_LT(json.find("\"t2\""), json.find("\"t5\""));
+  EXPECT_NE(json.find("\"seq\":7,\"name\":\"t2\",\"op\":\"allreduce\",\"dtype\":\"float32\","
+                      "\"bytes\":40,\"state\":\"done\",\"status\":\"success\""),
+            std::string::npos)
+      << json;
+  EXPECT_NE(json.find("\"name\":\"t3\",\"op\":\"allreduce\",\"dtype\":\"float32\",\"bytes\":40,"
+                      "\"state\":\"failed\",\"status\":\"peer lost\""),
+            std::string::npos)
+      << json;
+  EXPECT_NE(json.find("\"seq\":9,\"name\":\"t4\"") , std::string::npos) << json;
+  EXPECT_NE(json.find("\"seq\":-1,\"name\":\"t5\",\"op\":\"allreduce\",\"dtype\":\"float32\","
+                      "\"bytes\":40,\"state\":\"submitted\""),
+            std::string::npos)
+      << json;
+  EXPECT_NE(json.find("\"rank\":1,\"size\":2,\"host\":\"hostA\""), std::string::npos);
+  EXPECT_NE(json.find("\"reason\":\"why \\\"quoted\\\"\""), std::string::npos) << json;
+}
+
+TEST(FlightRecorder, RecordsOperationsThisRankNeverSubmitted) {
+  FlightRecorder fr(8, tempPath("absent.json"), FlightOrigin{0, 3, "h"});
+  fr.absent(0, msg("grad.fc", 4096), 12);
+  const std::string json = fr.json("stall");
+  EXPECT_NE(json.find("\"seq\":12,\"name\":\"grad.fc\",\"op\":\"allreduce\",\"dtype\":\"float32\","
+                      "\"bytes\":16384,\"state\":\"not submitted\",\"status\":\"timeout\","
+                      "\"submitted_us\":-1"),
+            std::string::npos)
+      << json;
+}
+
+TEST(FlightRecorder, DumpsToThisRanksFile) {
+  const std::string path = tempPath("dump.{rank}.json");
+  FlightRecorder fr(16, path, FlightOrigin{3, 4, "h"});
+  const std::string mine = tempPath("dump.3.json");
+  EXPECT_EQ(fr.path(), mine);
+  const uint64_t id = fr.submitted(0, msg(std::string("bad\xff\n", 5), 1), 4);
+  fr.finished(id, HORA_ERR_DUPLICATE_NAME);
+  EXPECT_EQ(fr.dump("a test"), mine);
+  const std::string text = readFile(mine);
+  EXPECT_EQ(text.rfind("{\"hora_flight_recorder\":{\"version\":1,\"rank\":3,", 0), 0u) << text;
+  EXPECT_EQ(text.substr(text.size() - 4), "]}}\n") << text;
+  EXPECT_NE(text.find("\"name\":\"bad\\u00ff\\u000a\""), std::string::npos) << text;
+  EXPECT_NE(text.find("\"reason\":\"a test\""), std::string::npos);
+  std::remove(mine.c_str());
+
+  FlightRecorder unwritable(16, "/nonexistent-dir/flight.json", FlightOrigin{0, 1, "h"});
+  EXPECT_EQ(unwritable.dump("x"), "");  // logged, not thrown
+}
+
+TEST(FlightRecorder, OffRecordsNothing) {
+  FlightRecorder off(16, "", FlightOrigin{0, 1, "h"});
+  EXPECT_EQ(off.submitted(0, msg("x", 1), 4), 0u);
+  off.started(0, 1);
+  off.finished(0, HORA_SUCCESS);
+  EXPECT_EQ(off.dump("x"), "");
+}
+
+}  // namespace
+}  // namespace hora
