@@ -445,6 +445,14 @@ PYBIND11_MODULE(_hora, m) {
   m.def("timeline_start",
         [](const std::string &path) { check(hora_timeline_start(path.c_str()), "timeline_start"); });
   m.def("timeline_stop", [] { check(hora_timeline_stop(), "timeline_stop"); });
+  // What this build has, for hora.torch's mpi_built() and friends.
+  m.def("built", [] {
+    py::dict d;
+    d["mpi"] = HORA_PY_HAVE_MPI != 0;
+    d["gloo"] = HORA_PY_HAVE_GLOO != 0;
+    d["nccl"] = HORA_PY_HAVE_NCCL != 0;
+    return d;
+  });
   m.def("status_string", [](int status) {
     return std::string(hora_status_string(static_cast<hora_status_t>(status)));
   });
