@@ -50,8 +50,9 @@ class UnsupportedError(HoraError, NotImplementedError):
     status = 5
 
 
-class HoraTimeoutError(HoraError):
-    """HORA_TIMEOUT_S or HORA_STALL_SHUTDOWN_S ran out; the message names the missing ranks."""
+class HoraTimeoutError(HoraError, TimeoutError):
+    """HORA_TIMEOUT_S or HORA_STALL_SHUTDOWN_S ran out; the message names the missing ranks.
+    Also a TimeoutError."""
     status = 6
 
 

@@ -51,6 +51,8 @@ def test_error_classes():
         assert cls.status == status
         assert hora._hora.status_string(status) != ""  # pylint: disable=protected-access
     assert issubclass(hora.InvalidArgumentError, ValueError)
+    assert issubclass(hora.HoraTimeoutError, TimeoutError)
+    assert str(hora.HoraTimeoutError("waited", 6)) == "waited"
     assert hora.HorovodInternalError is hora.HoraError
     e = hora.MismatchError("ranks disagree", 4)
     assert str(e) == "ranks disagree" and e.status == 4

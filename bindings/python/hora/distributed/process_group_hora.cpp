@@ -1,0 +1,944 @@
+// SPDX-License-Identifier: Apache-2.0
+// ProcessGroupHora: each torch collective becomes one hora request; a watcher thread completes them.
+#include "process_group_hora.h"
+
+#include <pthread.h>
+
+#include <cstdio>
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include <utility>
+
+namespace hora {
+namespace dist {
+namespace {
+
+// Torch calls are checked here before anything reaches hora, and fail with hora's statuses so that
+// Python raises the same exception classes as hora's own bindings do.
+[[noreturn]] void fail(hora_status_t status, const std::string &message) {
+  throw StatusError(status, message);
+}
+
+std::string where(const char *what) { return std::string("hora backend: ") + what + ": "; }
+
+// hora's message names its own op and the request ("allreduce 'c10d.0.7': ..."); ours adds the
+// torch op in front, as the two differ (reduce_scatter runs hora's reducescatter, barrier an
+// allreduce, ...).
+StatusError horaError(hora_status_t status, const char *what) {
+  const char *why = hora_last_error();
+  return StatusError(status, where(what) + (why != nullptr && why[0] != '\0'
+                                                ? std::string(why)
+                                                : std::string(hora_status_string(status))));
+}
+
+const char *dtypeName(at::ScalarType t) { return c10::toString(t); }
+
+// The DLPack type hora moves for a torch dtype. bool travels as uint8 (same bytes, 0 or 1), which
+// MIN, MAX, PRODUCT and the bitwise ops keep within {0, 1}.
+DLDataType dlType(at::ScalarType t, const char *what) {
+  switch (t) {
+    case at::kByte:
+    case at::kBool: return DLDataType{kDLUInt, 8, 1};
+    case at::kChar: return DLDataType{kDLInt, 8, 1};
+    case at::kInt: return DLDataType{kDLInt, 32, 1};
+    case at::kLong: return DLDataType{kDLInt, 64, 1};
+    case at::kHalf: return DLDataType{kDLFloat, 16, 1};
+    case at::kBFloat16: return DLDataType{kDLBfloat, 16, 1};
+    case at::kFloat: return DLDataType{kDLFloat, 32, 1};
+    case at::kDouble: return DLDataType{kDLFloat, 64, 1};
+    default:
+      fail(HORA_ERR_UNSUPPORTED,
+           where(what) + "dtype " + dtypeName(t) +
+               " is not supported (hora moves uint8, int8, int32, int64, float16, bfloat16, "
+               "float32, float64 and bool)");
+  }
+}
+
+void checkTensor(const at::Tensor &t, const char *what, const std::string &role) {
+  if (!t.defined()) fail(HORA_ERR_INVALID_ARGUMENT, where(what) + role + " is an undefined tensor");
+  if (t.layout() != at::kStrided) {
+    fail(HORA_ERR_UNSUPPORTED, where(what) + role + " is not a dense (strided) tensor");
+  }
+  if (!t.device().is_cpu()) {
+    fail(HORA_ERR_UNSUPPORTED, where(what) + role + " is on " + t.device().str() +
+                                   "; this torch build gives hora CPU tensors only");
+  }
+  dlType(t.scalar_type(), what);
+}
+
+void checkSameType(const at::Tensor &t, at::ScalarType expected, const char *what,
+                   const std::string &role) {
+  if (t.scalar_type() != expected) {
+    fail(HORA_ERR_INVALID_ARGUMENT, where(what) + role + " is " + dtypeName(t.scalar_type()) +
+                                        " but the op's input is " + dtypeName(expected));
+  }
+}
+
+// The DLPack view hora reads (and writes) of a contiguous CPU tensor. Valid while `t` lives: the
+// shape array is the tensor's own, and hora copies shapes when it accepts a request.
+DLTensor toDl(const at::Tensor &t, const char *what) {
+  TORCH_INTERNAL_ASSERT(t.is_contiguous(), "hora backend: a non-contiguous tensor reached hora");
+  DLTensor d{};
+  d.data = t.data_ptr();
+  d.device = DLDevice{kDLCPU, 0};
+  d.ndim = static_cast<int32_t>(t.dim());
+  d.dtype = dlType(t.scalar_type(), what);
+  d.shape = const_cast<int64_t *>(t.sizes().data());
+  d.strides = nullptr;
+  d.byte_offset = 0;
+  return d;
+}
+
+// Torch 1.13 passes one tensor per process for CPU collectives (the list is per device).
+at::Tensor &single(std::vector<at::Tensor> &tensors, const char *what, const char *role) {
+  if (tensors.size() != 1) {
+    fail(HORA_ERR_INVALID_ARGUMENT,
+         where(what) + "expected one " + role + " tensor per call, got " +
+             std::to_string(tensors.size()) +
+             " (a list is one tensor per device; hora gives each process one CPU)");
+  }
+  checkTensor(tensors[0], what, role);
+  return tensors[0];
+}
+
+// The contents of `t` as one row: shape [1, numel], contiguous.
+at::Tensor asRow(const at::Tensor &t) { return t.contiguous().reshape({1, t.numel()}); }
+
+// The tensors flattened and laid end to end, as one contiguous 1-D tensor.
+at::Tensor concatenated(const std::vector<at::Tensor> &tensors) {
+  std::vector<at::Tensor> flat;
+  flat.reserve(tensors.size());
+  for (const auto &t : tensors) flat.push_back(t.reshape({-1}));
+  return at::cat(flat);
+}
+
+// hora's output of allgather/alltoall/reducescatter, seen as a 1-D tensor of `dtype`. It belongs
+// to the request: copy out of it before the request is freed.
+at::Tensor horaOutput(hora_request_t request, at::ScalarType dtype, const char *what) {
+  const DLTensor *o = hora_request_output(request);
+  if (o == nullptr) fail(HORA_ERR_INTERNAL, where(what) + "hora returned no output");
+  int64_t n = 1;
+  for (int d = 0; d < o->ndim; ++d) n *= o->shape[d];
+  return at::from_blob(static_cast<char *>(o->data) + o->byte_offset, {n},
+                       at::TensorOptions().dtype(dtype));
+}
+
+at::Tensor expectNumel(const at::Tensor &t, int64_t numel, const char *what) {
+  if (t.numel() != numel) {
+    fail(HORA_ERR_MISMATCH, where(what) + "received " + std::to_string(t.numel()) +
+                                " elements but the output holds " + std::to_string(numel));
+  }
+  return t;
+}
+
+// Copies `src` (1-D, at least offset + dst.numel() elements) into `dst` of any layout.
+void copyChunk(at::Tensor &dst, const at::Tensor &src, int64_t offset) {
+  dst.copy_(src.narrow(0, offset, dst.numel()).view(dst.sizes()));
+}
+
+const char *opName(c10d::ReduceOp::RedOpType op) {
+  switch (op) {
+    case c10d::ReduceOp::SUM: return "SUM";
+    case c10d::ReduceOp::AVG: return "AVG";
+    case c10d::ReduceOp::PRODUCT: return "PRODUCT";
+    case c10d::ReduceOp::MIN: return "MIN";
+    case c10d::ReduceOp::MAX: return "MAX";
+    case c10d::ReduceOp::BAND: return "BAND";
+    case c10d::ReduceOp::BOR: return "BOR";
+    case c10d::ReduceOp::BXOR: return "BXOR";
+    case c10d::ReduceOp::PREMUL_SUM: return "PREMUL_SUM";
+    default: return "UNUSED";
+  }
+}
+
+// How a torch ReduceOp runs on hora. hora reduces with SUM, AVERAGE, MIN, MAX and PRODUCT;
+// PREMUL_SUM is a SUM with hora's prescale; BAND, BOR and BXOR, which hora lacks, gather every
+// rank's tensor and fold it here (size times the traffic, fine for the masks they are used on).
+struct Reduction {
+  hora_reduce_op_t op = HORA_OP_SUM;
+  double prescale = 1.0;
+  bool bitwise = false;
+  c10d::ReduceOp::RedOpType kind = c10d::ReduceOp::SUM;
+};
+
+double premulFactor(const c10d::ReduceOp &op, const char *what) {
+  auto *s = dynamic_cast<c10d::NCCLPreMulSumSupplement *>(op.supplement_.get());
+  if (s == nullptr) {
+    fail(HORA_ERR_INVALID_ARGUMENT, where(what) + "PREMUL_SUM arrived without its factor");
+  }
+  if (s->tensor_factors.empty()) return s->double_factor;
+  if (s->tensor_factors.size() != 1 || s->tensor_factors[0].numel() != 1) {
+    fail(HORA_ERR_INVALID_ARGUMENT,
+         where(what) + "PREMUL_SUM takes one scalar factor per call on hora");
+  }
+  return s->tensor_factors[0].item<double>();
+}
+
+Reduction reductionFor(const c10d::ReduceOp &op, at::ScalarType dtype, const char *what) {
+  Reduction r;
+  r.kind = op.op_;
+  const bool isBool = dtype == at::kBool;
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: r.op = HORA_OP_SUM; break;
+    case c10d::ReduceOp::AVG: r.op = HORA_OP_AVERAGE; break;
+    case c10d::ReduceOp::PRODUCT: r.op = HORA_OP_PRODUCT; break;
+    case c10d::ReduceOp::MIN: r.op = HORA_OP_MIN; break;
+    case c10d::ReduceOp::MAX: r.op = HORA_OP_MAX; break;
+    case c10d::ReduceOp::PREMUL_SUM:
+      if (!at::isFloatingType(dtype)) {
+        fail(HORA_ERR_UNSUPPORTED, where(what) + "PREMUL_SUM needs a floating-point tensor, got " +
+                                       dtypeName(dtype));
+      }
+      r.op = HORA_OP_SUM;
+      r.prescale = premulFactor(op, what);
+      break;
+    case c10d::ReduceOp::BAND:
+    case c10d::ReduceOp::BOR:
+    case c10d::ReduceOp::BXOR:
+      if (!at::isIntegralType(dtype, /*includeBool=*/true)) {
+        fail(HORA_ERR_UNSUPPORTED, where(what) + "ReduceOp." + opName(op.op_) +
+                                       " needs an integer or bool tensor, got " + dtypeName(dtype));
+      }
+      r.bitwise = true;
+      break;
+    default:
+      fail(HORA_ERR_UNSUPPORTED,
+           where(what) + "ReduceOp " + std::to_string(static_cast<int>(op.op_)) + " is unknown");
+  }
+  if (isBool && (op.op_ == c10d::ReduceOp::SUM || op.op_ == c10d::ReduceOp::AVG)) {
+    fail(HORA_ERR_UNSUPPORTED, where(what) + "ReduceOp." + opName(op.op_) +
+                                   " of bool tensors has no bool result; use MAX or BOR (any) "
+                                   "or MIN or BAND (all)");
+  }
+  return r;
+}
+
+// rows: [size, n]; folds the rows with the bitwise op.
+at::Tensor foldBitwise(const at::Tensor &rows, c10d::ReduceOp::RedOpType op) {
+  at::Tensor acc = rows[0].clone();
+  for (int64_t r = 1; r < rows.size(0); ++r) {
+    switch (op) {
+      case c10d::ReduceOp::BAND: acc.bitwise_and_(rows[r]); break;
+      case c10d::ReduceOp::BOR: acc.bitwise_or_(rows[r]); break;
+      default: acc.bitwise_xor_(rows[r]); break;
+    }
+  }
+  return acc;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------------------
+
+WorkHora::WorkHora(int rank, c10d::OpType type, const char *what,
+                   const std::vector<at::Tensor> &inputs)
+    : Work(rank, type, what, c10::optional<std::vector<at::Tensor>>(inputs)),
+      what_(what),
+      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors())) {}
+
+bool WorkHora::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (timeout == kNoTimeout) {
+    cv_.wait(lock, [this] { return completed_; });
+  } else if (!cv_.wait_for(lock, timeout, [this] { return completed_; })) {
+    fail(HORA_ERR_TIMEOUT, where(what_) + "not complete after " + std::to_string(timeout.count()) +
+                               " ms; it is still in flight");
+  }
+  if (exception_) std::rethrow_exception(exception_);
+  return true;
+}
+
+std::vector<at::Tensor> WorkHora::result() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return result_;
+}
+
+void WorkHora::complete(std::vector<at::Tensor> value, std::exception_ptr error) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    result_ = value;
+  }
+  finish(error);
+  if (error) {
+    future_->setError(error);
+  } else {
+    future_->markCompleted(c10::IValue(std::move(value)));
+  }
+}
+
+// ------------------------------------------------------------------------------------------------
+
+ProcessGroupHora::BlockingWrapper ProcessGroupHora::blockingWrapper_ = nullptr;
+
+ProcessGroupHora::ProcessGroupHora(int rank, int size, int32_t processSet, std::string groupName)
+    : ProcessGroup(rank, size), processSet_(processSet), groupName_(std::move(groupName)) {
+  if (hora_is_initialized() == 0) {
+    fail(HORA_ERR_NOT_INITIALIZED, "hora backend: hora is not initialized");
+  }
+  const int horaRank = hora_process_set_rank(processSet_);
+  const int horaSize = hora_process_set_size(processSet_);
+  if (horaRank != rank || horaSize != size) {
+    fail(HORA_ERR_INVALID_ARGUMENT,
+         "hora backend: torch made this process rank " + std::to_string(rank) + " of " +
+             std::to_string(size) + " in group '" + groupName_ + "', but it is rank " +
+             std::to_string(horaRank) + " of " + std::to_string(horaSize) +
+             " in hora's process set " + std::to_string(processSet_) +
+             (processSet_ == 0 ? " (hora's world, formed by hora_init from MPI or RANK/WORLD_SIZE)"
+                               : ""));
+  }
+  init();
+  watcher_ = std::thread([this] { watch(); });
+}
+
+ProcessGroupHora::~ProcessGroupHora() {
+  {
+    std::lock_guard<std::mutex> lock(queueMutex_);
+    stop_ = true;
+  }
+  queueCv_.notify_all();
+  if (!watcher_.joinable()) return;
+  if (blockingWrapper_ != nullptr) {
+    blockingWrapper_([this] { watcher_.join(); });
+  } else {
+    watcher_.join();
+  }
+}
+
+void ProcessGroupHora::watch() {
+  const std::string threadName = ("hora-c10d " + groupName_).substr(0, 15);
+  pthread_setname_np(pthread_self(), threadName.c_str());
+  // Results are copied into tensors that may require grad (a parameter broadcast in place):
+  // that copy is the collective's, not part of any graph.
+  at::NoGradGuard noGrad;
+  for (;;) {
+    InFlight op;
+    {
+      std::unique_lock<std::mutex> lock(queueMutex_);
+      queueCv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and every op has completed
+      op = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    std::vector<at::Tensor> value;
+    std::exception_ptr error;
+    const hora_status_t status = hora_wait(op.request);
+    if (status != HORA_SUCCESS) {
+      error = std::make_exception_ptr(horaError(status, op.what.c_str()));
+    } else {
+      try {
+        value = op.finish(op.request);
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }
+    hora_request_free(op.request);
+    op.finish = nullptr;  // releases the tensors hora used, before anyone is told
+    try {
+      op.work->complete(std::move(value), error);
+    } catch (const std::exception &e) {
+      // A callback a user chained on the future threw; its future holds the error, this thread
+      // must go on completing the group's other ops.
+      std::fprintf(stderr, "hora backend: a callback of %s's future threw: %s\n", op.what.c_str(),
+                   e.what());
+    }
+  }
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHora::enqueue(c10d::OpType type, const char *what,
+                                                         const std::vector<at::Tensor> &inputs,
+                                                         const Submit &submit, Finish finish) {
+  auto work = c10::make_intrusive<WorkHora>(rank_, type, what, inputs);
+  std::lock_guard<std::mutex> lock(submitMutex_);
+  // A refused op takes no number, like hora's own automatic names: ranks that all refuse it stay
+  // in step.
+  const std::string name = "c10d." + groupName_ + "." + std::to_string(seq_);
+  hora_request_t request = nullptr;
+  const hora_status_t status = submit(name.c_str(), &request);
+  if (status != HORA_SUCCESS) throw horaError(status, what);
+  ++seq_;
+  {
+    std::lock_guard<std::mutex> queueLock(queueMutex_);
+    queue_.push_back(InFlight{request, work, what, std::move(finish)});
+  }
+  queueCv_.notify_one();
+  return work;
+}
+
+uint64_t ProcessGroupHora::getSequenceNumberForGroup() {
+  std::lock_guard<std::mutex> lock(submitMutex_);
+  return seq_;
+}
+
+// ------------------------------------------------------------------------------------------------
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHora::reduceTensors(c10d::OpType type, const char *what,
+                                                               std::vector<at::Tensor> tensors,
+                                                               const c10d::ReduceOp &op,
+                                                               bool write) {
+  if (tensors.empty()) fail(HORA_ERR_INVALID_ARGUMENT, where(what) + "no tensors");
+  const at::ScalarType dtype = tensors[0].scalar_type();
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const std::string role = "tensor " + std::to_string(i);
+    checkTensor(tensors[i], what, role);
+    checkSameType(tensors[i], dtype, what, role);
+  }
+  const Reduction red = reductionFor(op, dtype, what);
+  const int32_t set = processSet_;
+
+  if (red.bitwise) {
+    const at::Tensor row = tensors.size() == 1 ? asRow(tensors[0])
+                                               : concatenated(tensors).reshape({1, -1});
+    const DLTensor in = toDl(row, what);
+    const int64_t size = size_;
+    return enqueue(
+        type, what, tensors,
+        [&in, set](const char *name, hora_request_t *request) {
+          return hora_allgather_async(name, &in, set, request);
+        },
+        [tensors, row, dtype, size, red, write, what](hora_request_t request) mutable {
+          const at::Tensor all = horaOutput(request, dtype, what);
+          expectNumel(all, size * row.numel(), what);
+          const at::Tensor folded = foldBitwise(all.view({size, row.numel()}), red.kind);
+          if (write) {
+            int64_t offset = 0;
+            for (auto &t : tensors) {
+              copyChunk(t, folded, offset);
+              offset += t.numel();
+            }
+          }
+          return tensors;
+        });
+  }
+
+  std::vector<at::Tensor> inputs, outputs;
+  std::vector<DLTensor> inDl, outDl;
+  for (const auto &t : tensors) {
+    inputs.push_back(t.contiguous());
+    // The result goes to the tensors themselves (or to their contiguous copies), or nowhere.
+    outputs.push_back(write ? inputs.back() : at::empty_like(inputs.back()));
+    inDl.push_back(toDl(inputs.back(), what));
+    outDl.push_back(toDl(outputs.back(), what));
+  }
+  return enqueue(
+      type, what, tensors,
+      [&, set](const char *name, hora_request_t *request) {
+        if (inDl.size() == 1) {
+          return hora_allreduce_async(name, &inDl[0], &outDl[0], red.op, red.prescale, 1.0, set,
+                                      request);
+        }
+        return hora_grouped_allreduce_async(name, static_cast<int>(inDl.size()), inDl.data(),
+                                            outDl.data(), red.op, red.prescale, 1.0, set, request);
+      },
+      [tensors, inputs, outputs, write](hora_request_t) mutable {
+        if (write) {
+          for (size_t i = 0; i < tensors.size(); ++i) {
+            if (!inputs[i].is_same(tensors[i])) tensors[i].copy_(inputs[i]);
+          }
+        }
+        return tensors;
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHora::allreduce(std::vector<at::Tensor> &tensors,
+                                                           const c10d::AllreduceOptions &opts) {
+  single(tensors, "allreduce", "input");
+  return reduceTensors(c10d::OpType::ALLREDUCE, "allreduce", tensors, opts.reduceOp, true);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHora::allreduce_coalesced(
+    std::vector<at::Tensor> &tensors, const c10d::AllreduceCoalescedOptions &opts) {
+  return reduceTensors(c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", tensors,
+                       opts.reduceOp, true);
+}
+
+// Every rank reduces (hora has no rooted reduce); only the root keeps the result, the others'
+// tensors stay as they were.
+c10::intrusive_ptr<c10d::Work> ProcessGroupHora::reduce(std::vector<at::Tensor> &tensors,
+                                                        const c10d::ReduceOptions &opts) {
+  single(tensors, "reduce", "input");
+  if (opts.rootTensor != 0) {
+    fail(HORA_ERR_INVALID_ARGUMENT, where("reduce") + "rootTensor must be 0 (one tensor per rank)");
+  }
+  if (opts.rootRank < 0 || opts.rootRank >= size_) {
+    fail(HORA_ERR_INVALID_ARGUMENT, where("reduce") + "root " + std::to_string(opts.rootRank) +
+                                        " is outside the group's ranks [0, " +
+                                        std::to_string(size_) + ")");
+  }
+  return reduceTensors(c10d::OpType::REDUCE, "reduce", tensors, opts.reduceOp,
+                       opts.rootRank == rank_);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHora::broadcast(std::vector<at::Tensor> &tensors,
+                                                           const c10d::BroadcastOptions &opts) {
+  const char *what = "broadcast";
+  at::Tensor t = single(tensors, what, "tensor");
+  if (opts.rootTensor != 0) {
+    fail(HORA_ERR_INVALID_ARGUMENT, where(what) + "rootTensor must be 0 (one tensor per rank)");
+  }
+  const at::Tensor buf = t.contiguous();
+  DLTensor d = toDl(buf, what);
+  const int root = static_cast<int>(opts.rootRank);
+  const int32_t set = processSet_;
+  return enqueue(
+      c10d::OpType::BROADCAST, what, tensors,
+      [&d, root, set](const char *name, hora_request_t *request) {
+        return hora_broadcast_async(name, &d, root, set, request);
+      },
+      [t, buf](hora_request_t) mutable {
+        if (!buf.is_same(t)) t.copy_(buf);
+        return std::vector<at::Tensor>{t};
+      });
+}
+
+// ------------------------------------------------------------------------------------------------
+// Gathers: each rank's tensor travels as one row [1, n], so hora's allgather returns [size, n]
+// (and ranks whose n differs fail with hora's mismatch error).
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHora::allgather(
+    std::vector<std::vector<at::Tensor>> &outputs, std::vector<at::Tensor> &inputs,
+    const c10d::AllgatherOptions &) {
+  const char *what = "allgather";
+  const at::Tensor input = single(inputs, what, "input");
+  if (outputs.size() != 1 || outputs[0].size() != static_cast<size_t>(size_)) {
+    fail(HORA_ERR_INVALID_ARGUMENT,
+         where(what) + "expected one list of " + std::to_string(size_) + " output tensors, got " +
+             (outputs.size() == 1 ? std::to_string(outputs[0].size()) + " tensors"
+                                  : std::to_string(outputs.size()) + " lists"));
+  }
+  std::vector<at::Tensor> outs = outputs[0];
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const std::string role = "output " + std::to_string(i);
+    checkTensor(outs[i], what, role);
+    checkSameType(outs[i], input.scalar_type(), what, role);
+    if (outs[i].numel() != input.numel()) {
+      fail(HORA_ERR_INVALID_ARGUMENT, where(what) + role + " has " +
+                                          std::to_string(outs[i].numel()) +
+                                          " elements, the input " + std::to_string(input.numel()));
+    }
+  }
+  const at::Tensor row = asRow(input);
+  const DLTensor in = toDl(row, what);
+  const int32_t set = processSet_;
+  const int64_t n = input.numel();
+  const at::ScalarType dtype = input.scalar_type();
+  return enqueue(
+      c10d::OpType::ALLGATHER, what, inputs,
+      [&in, set](const char *name, hora_request_t *request) {
+        return hora_allgather_async(name, &in, set, request);
+      },
+      [outs, row, n, dtype, what](hora_request_t request) mutable {
+        const at::Tensor all = expectNumel(horaOutput(request, dtype, what),
+                                           n * static_cast<int64_t>(outs.size()), what);
+        for (size_t i = 0; i < outs.size(); ++i) copyChunk(outs[i], all, n * static_cast<int64_t>(i));
+        return outs;
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHora::_allgather_base(at::Tensor &output,
+                                                                 at::Tensor &input,
+                                                                 const c10d::AllgatherOptions &) {
+  const char *what = "_allgather_base";
+  checkTensor(input, what, "input");
+  checkTensor(output, what, "output");
+  checkSameType(output, input.scalar_type(), what, "output");
+  if (output.numel() != input.numel() * size_) {
+    fail(HORA_ERR_INVALID_ARGUMENT,
+         where(what) + "the output has " + std::to_string(output.numel()) +
+             " elements; it must hold the group's " + std::to_string(size_) + " inputs of " +
+             std::to_string(input.numel()));
+  }
+  const at::Tensor row = asRow(input);
+  const DLTensor in = toDl(row, what);
+  const int32_t set = processSet_;
+  const at::ScalarType dtype = input.scalar_type();
+  at::Tensor out = output;
+  return enqueue(
+      c10d::OpType::_ALLGATHER_BASE, what, {input},
+      [&in, set](const char *name, hora_request_t *request) {
+        return hora_allgather_async(name, &in, set, request);
+      },
+      [out, row, dtype, what](hora_request_t request) mutable {
+        copyChunk(out, expectNumel(horaOutput(request, dtype, what), out.numel(), what), 0);
+        return std::vector<at::Tensor>{out};
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHora::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>> &outputLists, std::vector<at::Tensor> &inputs,
+    const c10d::AllgatherOptions &) {
+  const char *what = "allgather_coalesced";
+  if (inputs.empty()) fail(HORA_ERR_INVALID_ARGUMENT, where(what) + "no input tensors");
+  const at::ScalarType dtype = inputs[0].scalar_type();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    checkTensor(inputs[i], what, "input " + std::to_string(i));
+    checkSameType(inputs[i], dtype, what, "input " + std::to_string(i));
+  }
+  if (outputLists.size() != static_cast<size_t>(size_)) {
+    fail(HORA_ERR_INVALID_ARGUMENT, where(what) + "expected " + std::to_string(size_) +
+                                        " output lists (one per rank), got " +
+                                        std::to_string(outputLists.size()));
+  }
+  for (size_t r = 0; r < outputLists.size(); ++r) {
+    if (outputLists[r].size() != inputs.size()) {
+      fail(HORA_ERR_INVALID_ARGUMENT, where(what) + "output list " + std::to_string(r) + " has " +
+                                          std::to_string(outputLists[r].size()) +
+                                          " tensors for " + std::to_string(inputs.size()) +
+                                          " inputs");
+    }
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const std::string role = "output [" + std::to_string(r) + "][" + std::to_string(i) + "]";
+      checkTensor(outputLists[r][i], what, role);
+      checkSameType(outputLists[r][i], dtype, what, role);
+      if (outputLists[r][i].numel() != inputs[i].numel()) {
+        fail(HORA_ERR_INVALID_ARGUMENT, where(what) + role + " does not match input " +
+                                            std::to_string(i) + "'s size");
+      }
+    }
+  }
+  const at::Tensor row = concatenated(inputs).reshape({1, -1});
+  const DLTensor in = toDl(row, what);
+  const int32_t set = processSet_;
+  std::vector<std::vector<at::Tensor>> outs = outputLists;
+  return enqueue(
+      c10d::OpType::ALLGATHER_COALESCED, what, inputs,
+      [&in, set](const char *name, hora_request_t *request) {
+        return hora_allgather_async(name, &in, set, request);
+      },
+      [outs, row, dtype, what](hora_request_t request) mutable {
+        const at::Tensor all = expectNumel(horaOutput(request, dtype, what),
+                                           row.numel() * static_cast<int64_t>(outs.size()), what);
+        std::vector<at::Tensor> value;
+        int64_t offset = 0;
+        for (auto &list : outs) {
+          for (auto &t : list) {
+            copyChunk(t, all, offset);
+            offset += t.numel();
+            value.push_back(t);
+          }
+        }
+        return value;
+      });
+}
+
+// An allgather of which only the root keeps the rows.
+c10::intrusive_ptr<c10d::Work> ProcessGroupHora::gather(
+    std::vector<std::vector<at::Tensor>> &outputs, std::vector<at::Tensor> &inputs,
+    const c10d::GatherOptions &opts) {
+  const char *what = "gather";
+  const at::Tensor input = single(inputs, what, "input");
+  if (opts.rootRank < 0 || opts.rootRank >= size_) {
+    fail(HORA_ERR_INVALID_ARGUMENT, where(what) + "root " + std::to_string(opts.rootRank) +
+                                        " is outside the group's ranks [0, " +
+                                        std::to_string(size_) + ")");
+  }
+  std::vector<at::Tensor> outs;
+  if (opts.rootRank == rank_) {
+    if (outputs.size() != 1 || outputs[0].size() != static_cast<size_t>(size_)) {
+      fail(HORA_ERR_INVALID_ARGUMENT,
+           where(what) + "the root needs one list of " + std::to_string(size_) + " output tensors");
+    }
+    outs = outputs[0];
+    for (size_t i = 0; i < outs.size(); ++i) {
+      const std::string role = "output " + std::to_string(i);
+      checkTensor(outs[i], what, role);
+      checkSameType(outs[i], input.scalar_type(), what, role);
+      if (outs[i].numel() != input.numel()) {
+        fail(HORA_ERR_INVALID_ARGUMENT, where(what) + role + " does not match the input's size");
+      }
+    }
+  } else if (!outputs.empty()) {
+    fail(HORA_ERR_INVALID_ARGUMENT,
+         where(what) + "only the root (rank " + std::to_string(opts.rootRank) + ") passes outputs");
+  }
+  const at::Tensor row = asRow(input);
+  const DLTensor in = toDl(row, what);
+  const int32_t set = processSet_;
+  const int64_t n = input.numel(), size = size_;
+  const at::ScalarType dtype = input.scalar_type();
+  return enqueue(
+      c10d::OpType::GATHER, what, inputs,
+      [&in, set](const char *name, hora_request_t *request) {
+        return hora_allgather_async(name, &in, set, request);
+      },
+      [outs, row, n, size, dtype, what](hora_request_t request) mutable {
+        const at::Tensor all = expectNumel(horaOutput(request, dtype, what), n * size, what);
+        for (size_t i = 0; i < outs.size(); ++i) copyChunk(outs[i], all, n * static_cast<int64_t>(i));
+        return outs;
+      });
+}
+
+// ------------------------------------------------------------------------------------------------
+// Exchanges, through hora's alltoall with explicit splits of a 1-D tensor.
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHora::scatter(
+    std::vector<at::Tensor> &outputs, std::vector<std::vector<at::Tensor>> &inputs,
+    const c10d::ScatterOptions &opts) {
+  const char *what = "scatter";
+  at::Tensor output = single(outputs, what, "output");
+  if (opts.rootRank < 0 || opts.rootRank >= size_) {
+    fail(HORA_ERR_INVALID_ARGUMENT, where(what) + "root " + std::to_string(opts.rootRank) +
+                                        " is outside the group's ranks [0, " +
+                                        std::to_string(size_) + ")");
+  }
+  const int64_t n = output.numel();
+  at::Tensor flat;
+  std::vector<int64_t> splits(static_cast<size_t>(size_), 0);
+  if (opts.rootRank == rank_) {
+    if (inputs.size() != 1 || inputs[0].size() != static_cast<size_t>(size_)) {
+      fail(HORA_ERR_INVALID_ARGUMENT,
+           where(what) + "the root needs one list of " + std::to_string(size_) + " input tensors");
+    }
+    for (size_t i = 0; i < inputs[0].size(); ++i) {
+      const std::string role = "input " + std::to_string(i);
+      checkTensor(inputs[0][i], what, role);
+      checkSameType(inputs[0][i], output.scalar_type(), what, role);
+      if (inputs[0][i].numel() != n) {
+        fail(HORA_ERR_INVALID_ARGUMENT, where(what) + role + " does not match the output's size");
+      }
+      splits[i] = n;
+    }
+    flat = concatenated(inputs[0]);
+  } else {
+    if (!inputs.empty()) {
+      fail(HORA_ERR_INVALID_ARGUMENT,
+           where(what) + "only the root (rank " + std::to_string(opts.rootRank) + ") passes inputs");
+    }
+    flat = at::empty({0}, output.options());
+  }
+  const DLTensor in = toDl(flat, what);
+  const int32_t set = processSet_;
+  const at::ScalarType dtype = output.scalar_type();
+  return enqueue(
+      c10d::OpType::SCATTER, what, inputs.empty() ? std::vector<at::Tensor>{} : inputs[0],
+      [&in, &splits, set](const char *name, hora_request_t *request) {
+        return hora_alltoall_async(name, &in, splits.data(), set, request);
+      },
+      [output, flat, n, dtype, what](hora_request_t request) mutable {
+        copyChunk(output, expectNumel(horaOutput(request, dtype, what), n, what), 0);
+        return std::vector<at::Tensor>{output};
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHora::alltoall_base(
+    at::Tensor &output, at::Tensor &input, std::vector<int64_t> &outputSplits,
+    std::vector<int64_t> &inputSplits, const c10d::AllToAllOptions &) {
+  const char *what = "alltoall_base";
+  checkTensor(input, what, "input");
+  checkTensor(output, what, "output");
+  checkSameType(output, input.scalar_type(), what, "output");
+  if (input.dim() == 0) {
+    fail(HORA_ERR_INVALID_ARGUMENT, where(what) + "the input is a scalar; it is split along dim 0");
+  }
+  for (const auto *s : {&inputSplits, &outputSplits}) {
+    if (!s->empty() && s->size() != static_cast<size_t>(size_)) {
+      fail(HORA_ERR_INVALID_ARGUMENT,
+           where(what) + (s == &inputSplits ? "input" : "output") + "_split_sizes has " +
+               std::to_string(s->size()) + " entries for a group of " + std::to_string(size_));
+    }
+  }
+  const at::Tensor in = input.contiguous();
+  const DLTensor d = toDl(in, what);
+  const std::vector<int64_t> sendSplits = inputSplits;
+  const std::vector<int64_t> expect = outputSplits;
+  const int32_t set = processSet_;
+  const at::ScalarType dtype = input.scalar_type();
+  at::Tensor out = output;
+  return enqueue(
+      c10d::OpType::ALLTOALL_BASE, what, {input},
+      [&d, &sendSplits, set](const char *name, hora_request_t *request) {
+        return hora_alltoall_async(name, &d, sendSplits.empty() ? nullptr : sendSplits.data(), set,
+                                   request);
+      },
+      [out, in, expect, dtype, what](hora_request_t request) mutable {
+        const at::Tensor received = horaOutput(request, dtype, what);
+        if (!expect.empty()) {
+          const int64_t *got = hora_request_received_splits(request);
+          for (size_t r = 0; got != nullptr && r < expect.size(); ++r) {
+            if (got[r] != expect[r]) {
+              fail(HORA_ERR_MISMATCH, where(what) + "rank " + std::to_string(r) + " sent " +
+                                          std::to_string(got[r]) +
+                                          " rows but output_split_sizes expects " +
+                                          std::to_string(expect[r]));
+            }
+          }
+        }
+        copyChunk(out, expectNumel(received, out.numel(), what), 0);
+        return std::vector<at::Tensor>{out};
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHora::alltoall(std::vector<at::Tensor> &outputs,
+                                                          std::vector<at::Tensor> &inputs,
+                                                          const c10d::AllToAllOptions &) {
+  const char *what = "alltoall";
+  if (inputs.size() != static_cast<size_t>(size_) || outputs.size() != inputs.size()) {
+    fail(HORA_ERR_INVALID_ARGUMENT, where(what) + "expected " + std::to_string(size_) +
+                                        " input and output tensors (one per rank), got " +
+                                        std::to_string(inputs.size()) + " and " +
+                                        std::to_string(outputs.size()));
+  }
+  const at::ScalarType dtype = inputs[0].scalar_type();
+  std::vector<int64_t> splits;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    checkTensor(inputs[i], what, "input " + std::to_string(i));
+    checkTensor(outputs[i], what, "output " + std::to_string(i));
+    checkSameType(inputs[i], dtype, what, "input " + std::to_string(i));
+    checkSameType(outputs[i], dtype, what, "output " + std::to_string(i));
+    splits.push_back(inputs[i].numel());
+  }
+  const at::Tensor flat = concatenated(inputs);
+  const DLTensor d = toDl(flat, what);
+  const int32_t set = processSet_;
+  std::vector<at::Tensor> outs = outputs;
+  return enqueue(
+      c10d::OpType::ALLTOALL, what, inputs,
+      [&d, &splits, set](const char *name, hora_request_t *request) {
+        return hora_alltoall_async(name, &d, splits.data(), set, request);
+      },
+      [outs, flat, dtype, what](hora_request_t request) mutable {
+        const at::Tensor received = horaOutput(request, dtype, what);
+        const int64_t *got = hora_request_received_splits(request);
+        int64_t offset = 0;
+        for (size_t r = 0; r < outs.size(); ++r) {
+          if (got == nullptr || got[r] != outs[r].numel()) {
+            fail(HORA_ERR_MISMATCH, where(what) + "rank " + std::to_string(r) + " sent " +
+                                        (got ? std::to_string(got[r]) : std::string("?")) +
+                                        " elements but output " + std::to_string(r) + " holds " +
+                                        std::to_string(outs[r].numel()));
+          }
+          copyChunk(outs[r], received, offset);
+          offset += outs[r].numel();
+        }
+        return outs;
+      });
+}
+
+// ------------------------------------------------------------------------------------------------
+// Reduce-scatter: the inputs as [size, n] rows, so that hora's reducescatter gives rank i row i.
+
+namespace {
+
+// Rows [size, n] to reduce: PREMUL_SUM's factor is applied here, reducescatter has no prescale.
+at::Tensor scaledRows(at::Tensor rows, const Reduction &red, bool fresh) {
+  if (red.prescale == 1.0) return rows;
+  return fresh ? rows.mul_(red.prescale) : rows.mul(red.prescale);
+}
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHora::reduce_scatter(
+    std::vector<at::Tensor> &outputs, std::vector<std::vector<at::Tensor>> &inputs,
+    const c10d::ReduceScatterOptions &opts) {
+  const char *what = "reduce_scatter";
+  const at::Tensor output = single(outputs, what, "output");
+  if (inputs.size() != 1 || inputs[0].size() != static_cast<size_t>(size_)) {
+    fail(HORA_ERR_INVALID_ARGUMENT,
+         where(what) + "expected one list of " + std::to_string(size_) + " input tensors");
+  }
+  for (size_t i = 0; i < inputs[0].size(); ++i) {
+    const std::string role = "input " + std::to_string(i);
+    checkTensor(inputs[0][i], what, role);
+    checkSameType(inputs[0][i], output.scalar_type(), what, role);
+    if (inputs[0][i].numel() != output.numel()) {
+      fail(HORA_ERR_INVALID_ARGUMENT, where(what) + role + " does not match the output's size");
+    }
+  }
+  at::Tensor rows = concatenated(inputs[0]).reshape({size_, output.numel()});
+  return reduceScatterRows(c10d::OpType::REDUCE_SCATTER, what, output, rows, true, inputs[0],
+                           opts.reduceOp);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHora::_reduce_scatter_base(
+    at::Tensor &output, at::Tensor &input, const c10d::ReduceScatterOptions &opts) {
+  const char *what = "_reduce_scatter_base";
+  checkTensor(input, what, "input");
+  checkTensor(output, what, "output");
+  checkSameType(output, input.scalar_type(), what, "output");
+  if (input.numel() != output.numel() * size_) {
+    fail(HORA_ERR_INVALID_ARGUMENT,
+         where(what) + "the input has " + std::to_string(input.numel()) +
+             " elements; it must hold " + std::to_string(size_) + " outputs of " +
+             std::to_string(output.numel()));
+  }
+  const at::Tensor rows = input.contiguous().reshape({size_, output.numel()});
+  return reduceScatterRows(c10d::OpType::_REDUCE_SCATTER_BASE, what, output, rows,
+                           !input.is_contiguous(), {input}, opts.reduceOp);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHora::reduceScatterRows(
+    c10d::OpType type, const char *what, at::Tensor output, at::Tensor rows, bool fresh,
+    const std::vector<at::Tensor> &inputs, const c10d::ReduceOp &op) {
+  const Reduction red = reductionFor(op, output.scalar_type(), what);
+  const int32_t set = processSet_;
+  const at::ScalarType dtype = output.scalar_type();
+  const int64_t size = size_, rank = rank_, n = output.numel();
+  if (red.bitwise) {
+    const at::Tensor row = rows.reshape({1, -1});
+    const DLTensor in = toDl(row, what);
+    return enqueue(
+        type, what, inputs,
+        [&in, set](const char *name, hora_request_t *request) {
+          return hora_allgather_async(name, &in, set, request);
+        },
+        [output, row, size, rank, n, dtype, red, what](hora_request_t request) mutable {
+          const at::Tensor all = expectNumel(horaOutput(request, dtype, what), size * size * n, what);
+          const at::Tensor folded = foldBitwise(all.view({size, size * n}), red.kind);
+          copyChunk(output, folded, rank * n);
+          return std::vector<at::Tensor>{output};
+        });
+  }
+  const at::Tensor scaled = scaledRows(rows, red, fresh);
+  const DLTensor in = toDl(scaled, what);
+  return enqueue(
+      type, what, inputs,
+      [&in, &red, set](const char *name, hora_request_t *request) {
+        return hora_reducescatter_async(name, &in, red.op, set, request);
+      },
+      [output, scaled, n, dtype, what](hora_request_t request) mutable {
+        copyChunk(output, expectNumel(horaOutput(request, dtype, what), n, what), 0);
+        return std::vector<at::Tensor>{output};
+      });
+}
+
+// ------------------------------------------------------------------------------------------------
+
+// A one-element allreduce in the group's sequence: it completes on a rank once every member has
+// reached it, and its Work after every earlier op of the group.
+c10::intrusive_ptr<c10d::Work> ProcessGroupHora::barrier(const c10d::BarrierOptions &) {
+  const char *what = "barrier";
+  const at::Tensor token = at::zeros({1}, at::kInt);
+  const DLTensor d = toDl(token, what);
+  const int32_t set = processSet_;
+  return enqueue(
+      c10d::OpType::BARRIER, what, {},
+      [&d, set](const char *name, hora_request_t *request) {
+        return hora_allreduce_async(name, &d, const_cast<DLTensor *>(&d), HORA_OP_SUM, 1.0, 1.0,
+                                    set, request);
+      },
+      [token](hora_request_t) { return std::vector<at::Tensor>{}; });
+}
+
+namespace {
+[[noreturn]] void noPointToPoint(const char *what) {
+  fail(HORA_ERR_UNSUPPORTED,
+       where(what) + "hora has collectives only, no point-to-point messages; for send/recv "
+                     "use a gloo group next to the hora one (dist.new_group(backend=\"gloo\"))");
+}
+}  // namespace
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHora::send(std::vector<at::Tensor> &, int, int) {
+  noPointToPoint("send");
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHora::recv(std::vector<at::Tensor> &, int, int) {
+  noPointToPoint("recv");
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHora::recvAnysource(std::vector<at::Tensor> &, int) {
+  noPointToPoint("recv (any source)");
+}
+
+}  // namespace dist
+}  // namespace hora

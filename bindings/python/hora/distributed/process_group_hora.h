@@ -1,0 +1,172 @@
+// SPDX-License-Identifier: Apache-2.0
+// ProcessGroupHora: torch.distributed's c10d::ProcessGroup (torch 1.13) over hora's C API.
+#pragma once
+
+#include <hora/hora.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+namespace hora {
+namespace dist {
+
+// A failure hora reported (or that this backend classes like one): the Python side turns it into
+// hora's exception of that status (hora.MismatchError, ...), all of them RuntimeErrors.
+class StatusError : public std::runtime_error {
+ public:
+  StatusError(hora_status_t status, const std::string &message)
+      : std::runtime_error(message), status_(status) {}
+  hora_status_t status() const { return status_; }
+
+ private:
+  hora_status_t status_;
+};
+
+// The Work of one collective: completed by the group's watcher thread, with the result tensors
+// as its future's value (DDP's reducer reads them from there).
+class WorkHora : public c10d::Work {
+ public:
+  // `what`: the torch op, a string literal (also the profiler's title).
+  WorkHora(int rank, c10d::OpType type, const char *what, const std::vector<at::Tensor> &inputs);
+
+  // As Work::wait, but a timeout raises hora's timeout error naming the op (which stays in
+  // flight: wait again, or let hora's own timeout fail it).
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  std::vector<at::Tensor> result() override;
+
+  // Called once, by the watcher thread: wakes wait() first, then runs the future's callbacks.
+  void complete(std::vector<at::Tensor> value, std::exception_ptr error);
+
+ private:
+  const char *what_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::vector<at::Tensor> result_;  // guarded by Work::mutex_
+};
+
+class ProcessGroupHora : public c10d::ProcessGroup {
+ public:
+  // hora must be running and `processSet` must be a set this rank belongs to, of rank `rank`
+  // and size `size` (checked). `groupName` is torch's name of the group, the same on every
+  // member: it prefixes the names of this group's ops so that hora matches them across ranks.
+  ProcessGroupHora(int rank, int size, int32_t processSet, std::string groupName);
+  // Waits for the ops still in flight (hora's own timeouts bound that), then stops the watcher.
+  ~ProcessGroupHora() override;
+
+  // How the destructor blocks while the watcher finishes: the Python module releases the GIL
+  // around it. Set once, before any group exists.
+  using BlockingWrapper = void (*)(const std::function<void()> &block);
+  static void setBlockingWrapper(BlockingWrapper wrapper) { blockingWrapper_ = wrapper; }
+
+  const std::string getBackendName() const override { return "hora"; }
+  int32_t processSet() const { return processSet_; }
+  const std::string &groupName() const { return groupName_; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor> &tensors,
+                                           const c10d::BroadcastOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor> &tensors,
+                                           const c10d::AllreduceOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor> &tensors, const c10d::AllreduceCoalescedOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor> &tensors,
+                                        const c10d::ReduceOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>> &outputs,
+                                           std::vector<at::Tensor> &inputs,
+                                           const c10d::AllgatherOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor &output, at::Tensor &input,
+                                                 const c10d::AllgatherOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>> &outputLists, std::vector<at::Tensor> &inputs,
+      const c10d::AllgatherOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>> &outputs,
+                                        std::vector<at::Tensor> &inputs,
+                                        const c10d::GatherOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor> &outputs,
+                                         std::vector<std::vector<at::Tensor>> &inputs,
+                                         const c10d::ScatterOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor> &outputs,
+                                                std::vector<std::vector<at::Tensor>> &inputs,
+                                                const c10d::ReduceScatterOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor &output, at::Tensor &input, const c10d::ReduceScatterOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor &output, at::Tensor &input,
+                                               std::vector<int64_t> &outputSplits,
+                                               std::vector<int64_t> &inputSplits,
+                                               const c10d::AllToAllOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor> &outputs,
+                                          std::vector<at::Tensor> &inputs,
+                                          const c10d::AllToAllOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions &opts) override;
+
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor> &tensors, int dstRank,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor> &tensors, int srcRank,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor> &tensors,
+                                               int tag) override;
+
+  // The number of ops this group has handed to hora; the same on every member while they agree.
+  void setSequenceNumberForGroup() override {}
+  uint64_t getSequenceNumberForGroup() override;
+
+ private:
+  // Submits with the op's name and returns the new request (throws with hora's message).
+  using Submit = std::function<hora_status_t(const char *name, hora_request_t *request)>;
+  // Runs on the watcher thread after a successful wait: copies hora's output where torch wants
+  // it and returns the future's value.
+  using Finish = std::function<std::vector<at::Tensor>(hora_request_t request)>;
+
+  struct InFlight {
+    hora_request_t request = nullptr;
+    c10::intrusive_ptr<WorkHora> work;
+    std::string what;  // the torch op, for messages
+    Finish finish;     // its captures keep every tensor hora touches alive until completion
+  };
+
+  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char *what,
+                                         const std::vector<at::Tensor> &inputs,
+                                         const Submit &submit, Finish finish);
+  // An allreduce of `tensors` (one dtype), its result written to them when `write`; BAND, BOR
+  // and BXOR go through an allgather.
+  c10::intrusive_ptr<c10d::Work> reduceTensors(c10d::OpType type, const char *what,
+                                               std::vector<at::Tensor> tensors,
+                                               const c10d::ReduceOp &op, bool write);
+  // Reduce-scatter of `rows` [size, n] into `output` (n elements); `fresh`: rows is a copy that
+  // may be scaled in place.
+  c10::intrusive_ptr<c10d::Work> reduceScatterRows(c10d::OpType type, const char *what,
+                                                   at::Tensor output, at::Tensor rows, bool fresh,
+                                                   const std::vector<at::Tensor> &inputs,
+                                                   const c10d::ReduceOp &op);
+  void watch();
+
+  static BlockingWrapper blockingWrapper_;
+
+  const int32_t processSet_;
+  const std::string groupName_;
+
+  // This mutex protects: seq_ and the order of queue_ against the order of submission, so that
+  // every rank names its n-th op of this group "c10d.<group>.<n>". Taken before queueMutex_.
+  std::mutex submitMutex_;
+  uint64_t seq_ = 0;
+
+  // This mutex protects: queue_, stop_. The watcher thread waits for the front request, then
+  // the next: requests complete in submission order, as torch expects of a group.
+  std::mutex queueMutex_;
+  std::condition_variable queueCv_;
+  std::deque<InFlight> queue_;
+  bool stop_ = false;
+  std::thread watcher_;
+};
+
+}  // namespace dist
+}  // namespace hora

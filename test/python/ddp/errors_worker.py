@@ -1,0 +1,128 @@
+# SPDX-License-Identifier: Apache-2.0
+"""One rank of the error-path test of the "hora" backend: each failure raises an exception that
+names the op and says why, of hora's class for it, and the group works again afterwards."""
+
+import datetime
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import launch_env  # noqa: E402
+
+launch_env.fill()
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+import hora  # noqa: E402
+import hora.distributed  # noqa: E402
+
+ReduceOp = dist.ReduceOp
+
+
+def error_class(name):
+    # hora's classes subclass RuntimeError; without them the backend raises RuntimeError itself.
+    return getattr(hora, name, RuntimeError)
+
+
+def expect_error(call, cls, *words):
+    try:
+        call()
+    except RuntimeError as e:
+        text = str(e)
+        if not isinstance(e, cls):
+            raise AssertionError("%r is a %s, expected %s" % (text, type(e).__name__, cls.__name__))
+        missing = [w for w in words if w not in text]
+        if missing:
+            raise AssertionError("%r does not mention %s" % (text, missing))
+        return e
+    raise AssertionError("no error; expected %s mentioning %s" % (cls.__name__, words))
+
+
+def still_works(rank, size, what):
+    t = torch.full((3,), float(rank + 1))
+    dist.all_reduce(t)
+    if not torch.equal(t, torch.full((3,), float(size * (size + 1) // 2))):
+        raise AssertionError("after %s: all_reduce gave %s" % (what, t))
+
+
+def main():
+    os.environ.setdefault("HORA_TIMEOUT_S", "60")
+    dist.init_process_group("hora")
+    rank, size = dist.get_rank(), dist.get_world_size()
+    mismatch = error_class("MismatchError")
+    unsupported = error_class("UnsupportedError")
+    invalid = error_class("InvalidArgumentError")
+
+    if size > 1:
+        # shapes that differ across ranks: every rank's op fails with hora's mismatch error
+        e = expect_error(lambda: dist.all_reduce(torch.ones(rank + 2)), mismatch,
+                         "allreduce", "shape")
+        assert isinstance(e, RuntimeError)
+        still_works(rank, size, "a shape mismatch")
+        # ... also when waited for asynchronously: through wait() and through the future
+        work = dist.all_reduce(torch.ones(2, rank + 1), async_op=True)
+        expect_error(work.wait, mismatch, "allreduce", "shape")
+        work = dist.all_gather([torch.empty(rank + 1) for _ in range(size)],
+                               torch.ones(rank + 1), async_op=True)
+        future = work.get_future()
+        expect_error(future.wait, mismatch, "allgather")
+        assert future.done()
+        still_works(rank, size, "asynchronous mismatches")
+        # dtypes that differ
+        expect_error(lambda: dist.broadcast(torch.ones(3, dtype=torch.float32 if rank else
+                                                       torch.float64), src=0),
+                     mismatch, "broadcast")
+        # ranks that call different collectives at the same point of the group's sequence
+        if rank == 0:
+            expect_error(lambda: dist.all_reduce(torch.ones(4)), mismatch, "allreduce")
+        else:
+            expect_error(lambda: dist.broadcast(torch.ones(4), src=0), mismatch, "broadcast")
+        still_works(rank, size, "ops that differ across ranks")
+        # a wait() that gives up: the op stays in flight and completes later
+        if rank == 0:
+            t = torch.ones(2)
+            work = dist.all_reduce(t, async_op=True)
+            e = expect_error(lambda: work.wait(timeout=datetime.timedelta(milliseconds=100)),
+                             error_class("HoraTimeoutError"), "allreduce", "still in flight")
+            if hasattr(hora, "HoraTimeoutError"):
+                assert isinstance(e, TimeoutError)
+            work.wait()
+            assert torch.equal(t, torch.full((2,), float(size))), t
+        else:
+            time.sleep(1.0)
+            dist.all_reduce(torch.ones(2))
+
+    # refused on every rank before anything reaches hora: the group's sequence stays in step
+    expect_error(lambda: dist.all_reduce(torch.ones(3, dtype=torch.int16)), unsupported,
+                 "allreduce", "Short")
+    expect_error(lambda: dist.all_reduce(torch.ones(3, dtype=torch.bool)), unsupported,
+                 "allreduce", "SUM", "bool")
+    expect_error(lambda: dist.all_reduce(torch.ones(3), op=ReduceOp.BAND), unsupported,
+                 "allreduce", "BAND", "Float")
+    expect_error(lambda: dist.all_reduce(torch.ones(3, dtype=torch.int32), op=ReduceOp.AVG),
+                 unsupported, "allreduce", "AVERAGE")
+    expect_error(lambda: dist.all_gather([torch.empty(3)] * (size + 1), torch.ones(3)), invalid,
+                 "allgather", "%d output tensors" % size)
+    expect_error(lambda: dist.all_to_all_single(torch.empty(size), torch.ones(size),
+                                                input_split_sizes=[1] * (size + 1)),
+                 invalid, "alltoall_base", "input_split_sizes")
+    expect_error(lambda: dist.reduce_scatter(torch.empty(2), [torch.ones(3)] * size), invalid,
+                 "reduce_scatter", "size")
+    expect_error(lambda: dist.send(torch.ones(1), dst=0), unsupported, "send", "point-to-point")
+    expect_error(lambda: dist.recv(torch.ones(1), src=0), unsupported, "recv", "point-to-point")
+    still_works(rank, size, "refused calls")
+
+    # a group whose ranks are not hora's
+    expect_error(lambda: hora.distributed.ProcessGroupHora((rank + 1) % (size + 1), size + 1, 0,
+                                                           "wrong"),
+                 invalid, "rank %d of %d" % ((rank + 1) % (size + 1), size + 1))
+
+    dist.barrier()
+    dist.destroy_process_group()
+    print("rank %d of %d: every error named its op" % (rank, size), flush=True)
+
+
+if __name__ == "__main__":
+    main()
