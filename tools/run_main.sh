@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # The main job: installs missing Debian packages, builds hora in build/, runs the multi-rank C
-# example at 4 ranks, then at 2 ranks an allreduce bandwidth table (hora against raw MPI, Gloo and
-# memcpy; plotted into $builddir/bench/allreduce.png) and the gradient steps of two real models.
+# example at 4 ranks and the PyTorch examples (Horovod-style and DDP) at 2, then at 2 ranks an
+# allreduce bandwidth table (hora against raw MPI, Gloo and memcpy; plotted into
+# $builddir/bench/allreduce.png) and the gradient steps of two real models.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 builddir=${HORA_BUILDDIR:-build}
@@ -25,6 +26,18 @@ if grep -q "HORA_HAVE_GLOO 1" "$builddir/hora_config.h" 2>/dev/null; then
   echo
   echo "== hora-example: 4 ranks under horarun (env:// bootstrap, Gloo data plane, no MPI)"
   tools/horarun -np 4 --no-prefix "$builddir/bindings/c/examples/hora-example"
+fi
+
+if [ -f "$builddir/bindings/python/hora/__init__.py" ] && /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+  export PYTHONPATH="$PWD/$builddir/bindings/python${PYTHONPATH:+:$PYTHONPATH}"
+  echo
+  echo "== PyTorch, 2 ranks under horarun: a Horovod script (import hora.torch as hvd)"
+  tools/horarun -np 2 --no-prefix /usr/bin/python3 bindings/python/examples/train_horovod.py --steps 100
+  if [ -d "$builddir/bindings/python/hora/distributed" ]; then
+    echo
+    echo "== PyTorch, 2 ranks under horarun: unmodified DistributedDataParallel on the hora backend"
+    tools/horarun -np 2 --no-prefix /usr/bin/python3 bindings/python/examples/ddp.py --backend hora --steps 100
+  fi
 fi
 
 if [ -x "$builddir/bench/hora-bench" ]; then

@@ -3,14 +3,11 @@
 // (test/flight).
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "core/flight_recorder.h"
+#include "text_files.h"
 
 namespace hora {
 namespace {
@@ -24,22 +21,9 @@ RequestMsg msg(const std::string &name, int64_t elements) {
   return m;
 }
 
-std::string tempPath(const std::string &leaf) {
-  return "/tmp/hora_test_flight." + std::to_string(getpid()) + "." + leaf;
-}
-
-std::string readFile(const std::string &path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-size_t count(const std::string &text, const std::string &what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
+using testing::count;
+using testing::tempPath;
+using testing::slurp;
 
 TEST(FlightRecorder, KeepsTheLastOperationsWithTheirStates) {
   FlightRecorder fr(4, tempPath("ring.json"), FlightOrigin{1, 2, "hostA"});
@@ -95,7 +79,7 @@ TEST(FlightRecorder, DumpsToThisRanksFile) {
   const uint64_t id = fr.submitted(0, msg(std::string("bad\xff\n", 5), 1), 4);
   fr.finished(id, HORA_ERR_DUPLICATE_NAME);
   EXPECT_EQ(fr.dump("a test"), mine);
-  const std::string text = readFile(mine);
+  const std::string text = slurp(mine);
   EXPECT_EQ(text.rfind("{\"hora_flight_recorder\":{\"version\":1,\"rank\":3,", 0), 0u) << text;
   EXPECT_EQ(text.substr(text.size() - 4), "]}}\n") << text;
   EXPECT_NE(text.find("\"name\":\"bad\\u00ff\\u000a\""), std::string::npos) << text;

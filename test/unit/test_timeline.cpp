@@ -10,26 +10,15 @@
 
 #include "base/error.h"
 #include "core/timeline.h"
+#include "text_files.h"
 
 namespace hora {
 namespace {
 
-std::string slurp(const std::string &path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using testing::count;
+using testing::slurp;
 
-size_t count(const std::string &text, const std::string &what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
-
-std::string tempPath(const char *stem) {
-  return "/tmp/hora-test-timeline-" + std::to_string(getpid()) + "-" + stem + ".json";
-}
+std::string tempPath(const char *stem) { return testing::tempPath(std::string("timeline-") + stem + ".json"); }
 
 TEST(Timeline, EachRankWritesItsOwnFile) {
   EXPECT_EQ(Timeline::rankPath("/t/trace.json", 0, 1), "/t/trace.json");

@@ -49,6 +49,12 @@ def still_works(rank, size, what):
 
 def main():
     os.environ.setdefault("HORA_TIMEOUT_S", "60")
+    # a name some ranks never submit fails after 2 s (the last check below)
+    os.environ["HORA_STALL_WARNING_S"] = "1"
+    os.environ["HORA_STALL_SHUTDOWN_S"] = "2"
+    # torch's debug level: ops named by their place in the group's sequence, so that ranks
+    # disagreeing at one place fail at once with hora's mismatch error
+    os.environ["TORCH_DISTRIBUTED_DEBUG"] = "INFO"
     dist.init_process_group("hora")
     rank, size = dist.get_rank(), dist.get_world_size()
     mismatch = error_class("MismatchError")
@@ -118,6 +124,20 @@ def main():
     expect_error(lambda: hora.distributed.ProcessGroupHora((rank + 1) % (size + 1), size + 1, 0,
                                                            "wrong"),
                  invalid, "rank %d of %d" % ((rank + 1) % (size + 1), size + 1))
+
+    if size > 1:
+        # Without the debug level, names follow the ops' signatures (so that hora's cache
+        # answers them step after step): shapes that differ make different names, which hora
+        # reports as a stall and, with HORA_STALL_SHUTDOWN_S, fails on the ranks that submitted
+        # them.
+        os.environ["TORCH_DISTRIBUTED_DEBUG"] = "OFF"
+        fast = dist.new_group(list(range(size)))
+        e = expect_error(lambda: dist.all_reduce(torch.ones(rank + 2), group=fast),
+                         error_class("HoraTimeoutError"), "allreduce", "stalled", "never by rank")
+        assert isinstance(e, TimeoutError)
+        t = torch.full((5,), 1.0)  # (a shape neither side used above)
+        dist.all_reduce(t, group=fast)
+        assert torch.equal(t, torch.full((5,), float(size))), t
 
     dist.barrier()
     dist.destroy_process_group()

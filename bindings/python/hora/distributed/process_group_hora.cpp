@@ -5,6 +5,8 @@
 #include <pthread.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
@@ -136,6 +138,12 @@ at::Tensor expectNumel(const at::Tensor &t, int64_t numel, const char *what) {
 // Copies `src` (1-D, at least offset + dst.numel() elements) into `dst` of any layout.
 void copyChunk(at::Tensor &dst, const at::Tensor &src, int64_t offset) {
   dst.copy_(src.narrow(0, offset, dst.numel()).view(dst.sizes()));
+}
+
+// torch's TORCH_DISTRIBUTED_DEBUG: INFO or DETAIL asks backends to check that ranks agree.
+bool debugLevelAtLeastInfo() {
+  const char *level = std::getenv("TORCH_DISTRIBUTED_DEBUG");
+  return level != nullptr && (std::strcmp(level, "INFO") == 0 || std::strcmp(level, "DETAIL") == 0);
 }
 
 const char *opName(c10d::ReduceOp::RedOpType op) {
@@ -273,7 +281,10 @@ void WorkHora::complete(std::vector<at::Tensor> value, std::exception_ptr error)
 ProcessGroupHora::BlockingWrapper ProcessGroupHora::blockingWrapper_ = nullptr;
 
 ProcessGroupHora::ProcessGroupHora(int rank, int size, int32_t processSet, std::string groupName)
-    : ProcessGroup(rank, size), processSet_(processSet), groupName_(std::move(groupName)) {
+    : ProcessGroup(rank, size),
+      sequenceNames_(debugLevelAtLeastInfo()),
+      processSet_(processSet),
+      groupName_(std::move(groupName)) {
   if (hora_is_initialized() == 0) {
     fail(HORA_ERR_NOT_INITIALIZED, "hora backend: hora is not initialized");
   }
@@ -324,6 +335,11 @@ void ProcessGroupHora::watch() {
     std::vector<at::Tensor> value;
     std::exception_ptr error;
     const hora_status_t status = hora_wait(op.request);
+    {
+      std::lock_guard<std::mutex> lock(queueMutex_);
+      inFlightNames_.erase(op.name);
+    }
+    nameFreed_.notify_all();
     if (status != HORA_SUCCESS) {
       error = std::make_exception_ptr(horaError(status, op.what.c_str()));
     } else {
@@ -350,17 +366,57 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::enqueue(c10d::OpType type, cons
                                                          const std::vector<at::Tensor> &inputs,
                                                          const Submit &submit, Finish finish) {
   auto work = c10::make_intrusive<WorkHora>(rank_, type, what, inputs);
-  std::lock_guard<std::mutex> lock(submitMutex_);
+  // The signature holds only what every rank agrees on: alltoall, gather and scatter take
+  // inputs that differ by rank (in shape, even in number), so for them it is the op alone.
+  const bool sameInputs = std::strcmp(what, "alltoall") != 0 &&
+                          std::strcmp(what, "alltoall_base") != 0 &&
+                          std::strcmp(what, "gather") != 0 && std::strcmp(what, "scatter") != 0;
+  std::string signature = what;
+  for (const at::Tensor &t : sameInputs ? inputs : std::vector<at::Tensor>{}) {
+    signature += std::string(":") + c10::toString(t.scalar_type());
+    for (int64_t d : t.sizes()) signature += "," + std::to_string(d);
+  }
+  char digest[17];
+  std::snprintf(digest, sizeof digest, "%016zx", std::hash<std::string>()(signature));
+  // Another thread may hold the lock while it waits for a name below, GIL released: wait for
+  // it the same way, or that thread's wait could need this thread's GIL.
+  std::unique_lock<std::mutex> lock(submitMutex_, std::defer_lock);
+  if (!lock.try_lock()) {
+    if (blockingWrapper_ != nullptr) {
+      blockingWrapper_([&lock] { lock.lock(); });
+    } else {
+      lock.lock();
+    }
+  }
   // A refused op takes no number, like hora's own automatic names: ranks that all refuse it stay
   // in step.
-  const std::string name = "c10d." + groupName_ + "." + std::to_string(seq_);
+  const uint64_t use = uses_[signature];
+  const std::string name =
+      sequenceNames_ ? "c10d." + groupName_ + "." + std::to_string(seq_)
+                     : "c10d." + groupName_ + "." + what + "." + digest + "." +
+                           std::to_string(use % kSlots);
+  {
+    // The op that had this name kSlots uses ago: every rank submitted it before this one, so it
+    // completes; the wait lets go of the GIL (the watcher may be running a Python callback).
+    std::unique_lock<std::mutex> queueLock(queueMutex_);
+    if (inFlightNames_.count(name) != 0) {
+      auto waitFree = [&] { nameFreed_.wait(queueLock, [&] { return inFlightNames_.count(name) == 0; }); };
+      if (blockingWrapper_ != nullptr) {
+        blockingWrapper_(waitFree);
+      } else {
+        waitFree();
+      }
+    }
+  }
   hora_request_t request = nullptr;
   const hora_status_t status = submit(name.c_str(), &request);
   if (status != HORA_SUCCESS) throw horaError(status, what);
   ++seq_;
+  ++uses_[signature];
   {
     std::lock_guard<std::mutex> queueLock(queueMutex_);
-    queue_.push_back(InFlight{request, work, what, std::move(finish)});
+    inFlightNames_.insert(name);
+    queue_.push_back(InFlight{request, name, work, what, std::move(finish)});
   }
   queueCv_.notify_one();
   return work;

@@ -7,6 +7,8 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
+#include <set>
 #include <exception>
 #include <functional>
 #include <mutex>
@@ -128,6 +130,7 @@ class ProcessGroupHora : public c10d::ProcessGroup {
 
   struct InFlight {
     hora_request_t request = nullptr;
+    std::string name;  // hora's name of the op
     c10::intrusive_ptr<WorkHora> work;
     std::string what;  // the torch op, for messages
     Finish finish;     // its captures keep every tensor hora touches alive until completion
@@ -151,19 +154,32 @@ class ProcessGroupHora : public c10d::ProcessGroup {
 
   static BlockingWrapper blockingWrapper_;
 
+  const bool sequenceNames_;  // TORCH_DISTRIBUTED_DEBUG: see kSlots
   const int32_t processSet_;
   const std::string groupName_;
 
-  // This mutex protects: seq_ and the order of queue_ against the order of submission, so that
-  // every rank names its n-th op of this group "c10d.<group>.<n>". Taken before queueMutex_.
+  // Op names repeat from step to step, so that hora's response cache answers them: the k-th op
+  // of a signature (torch op, dtypes, shapes) is "c10d.<group>.<op>.<signature>.<k % kSlots>" on
+  // every rank, and waits for the op that last had its name to complete on this rank. Ranks
+  // that disagree (another shape or op at the same point) then submit different names, which
+  // hora reports as a stall. With TORCH_DISTRIBUTED_DEBUG=INFO or DETAIL the n-th op is
+  // "c10d.<group>.<n>" instead: a disagreement fails at once with hora's MismatchError naming
+  // both sides, and every op takes hora's uncached path.
+  static constexpr uint64_t kSlots = 8;
+
+  // This mutex protects: seq_, uses_ and the order of queue_ against the order of submission.
+  // Taken before queueMutex_.
   std::mutex submitMutex_;
   uint64_t seq_ = 0;
+  std::map<std::string, uint64_t> uses_;  // by signature: ops submitted
 
-  // This mutex protects: queue_, stop_. The watcher thread waits for the front request, then
-  // the next: requests complete in submission order, as torch expects of a group.
+  // This mutex protects: queue_, stop_, inFlightNames_. The watcher thread waits for the front
+  // request, then the next: requests complete in submission order, as torch expects of a group.
   std::mutex queueMutex_;
   std::condition_variable queueCv_;
+  std::condition_variable nameFreed_;
   std::deque<InFlight> queue_;
+  std::set<std::string> inFlightNames_;
   bool stop_ = false;
   std::thread watcher_;
 };
