@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Every test: installs missing Debian packages, builds hora in build/, runs `meson test` and ends
-# with one line "N passed, N failed[, N skipped]". Exits non-zero if any test did not pass.
+# Every test: installs missing Debian packages, builds hora in build/, runs `meson test`, then the
+# unit and 2-rank tests again under AddressSanitizer + UndefinedBehaviorSanitizer and under
+# ThreadSanitizer (tools/sanitize.sh, in build-asan/ and build-tsan/; HORA_SANITIZERS=0 skips
+# them), and ends with one line "N passed, N failed[, N skipped]" over all of it. Exits non-zero
+# if any test did not pass.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 builddir=${HORA_BUILDDIR:-build}
@@ -25,22 +28,34 @@ if [ ! -s "$testlog" ]; then
   echo "0 passed, 0 failed"
   exit $(( rc != 0 ? rc : 1 ))
 fi
+testlogs=("$testlog")
+# The sanitizer runs (only for the whole suite, not for a selection of tests).
+if [ "${HORA_SANITIZERS:-1}" != 0 ] && [ $# -eq 0 ]; then
+  for kind in asan tsan; do
+    echo "== tools/sanitize.sh $kind"
+    HORA_BUILD_JOBS=${HORA_BUILD_JOBS:-2} tools/sanitize.sh "$kind" || rc=$?
+    for log in build-"$kind"/meson-logs/testlog*.json; do
+      [ -s "$log" ] && testlogs+=("$log")
+    done
+  done
+fi
 # One JSON object per test. EXPECTEDFAIL counts as passed; UNEXPECTEDPASS, TIMEOUT and ERROR as failed.
-summary=$(/usr/bin/python3 - "$testlog" <<'PY'
+summary=$(/usr/bin/python3 - "${testlogs[@]}" <<'PY'
 import json, sys
 passed = failed = skipped = 0
-with open(sys.argv[1]) as f:
-    for line in f:
-        line = line.strip()
-        if not line:
-            continue
-        result = json.loads(line).get("result")
-        if result in ("OK", "EXPECTEDFAIL"):
-            passed += 1
-        elif result == "SKIP":
-            skipped += 1
-        else:
-            failed += 1
+for path in sys.argv[1:]:
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            result = json.loads(line).get("result")
+            if result in ("OK", "EXPECTEDFAIL"):
+                passed += 1
+            elif result == "SKIP":
+                skipped += 1
+            else:
+                failed += 1
 print(f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
 print(1 if failed else 0)
 PY

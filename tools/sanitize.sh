@@ -47,7 +47,9 @@ if [ $# -eq 0 ]; then
     grep -E '^test_|_np2$|_noshm_np2$' | grep -v -E '^mp_large')
   set -- "${selected[@]}"
 fi
-# Sanitized ranks are slower: HORA_TIMEOUT_S and the watchdog get more room.
+# Sanitized ranks are slower: HORA_TIMEOUT_S and the watchdog get more room. Each run writes
+# $builddir/meson-logs/testlog*.json (tools/run_tests.sh counts them).
+rm -f "$builddir"/meson-logs/testlog*.json
 export HORA_TIMEOUT_S=120
 if [ "$kind" = asan ]; then
   # Open MPI's plugins are unloaded before LeakSanitizer looks, so their allocations cannot be
@@ -57,12 +59,12 @@ if [ "$kind" = asan ]; then
   rc=0
   if [ ${#unit[@]} -gt 0 ]; then
     meson test -C "$builddir" --no-rebuild --print-errorlogs --num-processes 2 \
-      --timeout-multiplier 3 "${unit[@]}" || rc=$?
+      --timeout-multiplier 3 --logbase testlog-unit "${unit[@]}" || rc=$?
   fi
   if [ ${#multi[@]} -gt 0 ]; then
     ASAN_OPTIONS=${ASAN_OPTIONS/detect_leaks=1/detect_leaks=0} \
       meson test -C "$builddir" --no-rebuild --print-errorlogs --num-processes 2 \
-      --timeout-multiplier 3 "${multi[@]}" || rc=$?
+      --timeout-multiplier 3 --logbase testlog-multi "${multi[@]}" || rc=$?
   fi
   exit $rc
 fi
