@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# A real hora job under horarun whose rank 1 is SIGKILLed mid-run: horarun must exit non-zero
-# within 10 s with one line naming the rank, and leave no rank behind.
+# A real hora job under horarun whose rank 1 is SIGKILLed mid-run: every survivor gets hora's
+# error and exits cleanly (hora_shutdown returns) within --stop-after, horarun exits non-zero
+# within 10 s with one line naming the rank, and leaves no rank behind.
 # Usage: killed_rank.sh HORARUN VICTIM_PROGRAM
 set -u
 horarun=$1 prog=$2
@@ -15,6 +16,11 @@ fail() { echo "FAIL: $*"; echo "--- horarun stderr:"; cat "$log"; exit 1; }
 [ "$status" -ne 0 ] || fail "horarun exited 0"
 [ "$status" -ne 124 ] || fail "horarun did not stop within 60 s"
 grep -q "horarun: rank 1 was killed by signal 9 (SIGKILL)" "$log" || fail "no line naming rank 1 and SIGKILL"
+for r in 0 2; do
+  grep -Eq "^\[$r\] rank $r: step [0-9]+: (peer lost|timeout): allreduce 'grad'" "$log" ||
+    fail "rank $r reported no error from hora"
+  grep -q "^\[$r\] rank $r: hora_shutdown -> success" "$log" || fail "rank $r did not shut down cleanly"
+done
 # Started from the moment of death (step 20, well under a second in), 10 s is the budget.
 [ "$elapsed" -le 12 ] || fail "took ${elapsed} s"
 sleep 0.5
