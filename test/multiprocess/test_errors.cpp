@@ -458,6 +458,26 @@ TEST(BadArguments, TensorNames) {
   expectGoodAllreduce("names.after", 50);
 }
 
+// Data off its element alignment (through the pointer or byte_offset) is refused at submission
+// with a message that says so, rather than handed to vectorised kernels.
+TEST(BadArguments, MisalignedDataIsRefused) {
+  std::vector<float> storage(64);
+  int64_t shape[1] = {16};
+  for (uint64_t skew : {1, 2, 3}) {
+    DLTensor byPointer = {reinterpret_cast<unsigned char *>(storage.data()) + skew,
+                          {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, shape, nullptr, 0};
+    DLTensor byOffset = {storage.data(), {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, shape, nullptr, skew};
+    for (DLTensor *t : {&byPointer, &byOffset}) {
+      hora_request_t req = nullptr;
+      expectRejected("float32 data " + std::to_string(skew) + " bytes off",
+                     hora_allreduce_async("bad.misaligned", t, t, HORA_OP_SUM, 1.0, 1.0, 0, &req),
+                     req);
+      EXPECT_NE(mp::lastError().find("not aligned"), std::string::npos) << mp::lastError();
+    }
+  }
+  expectGoodAllreduce("misaligned.after", 60);
+}
+
 TEST(BadArguments, BroadcastAndAllgatherRejectEachAtSubmission) {
   const int n = mp::size();
   auto good = makeTensor(f32(), {4, 3});
