@@ -10,13 +10,16 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
 
 #include "base/logging.h"
+#include "base/process.h"
 
 namespace hora {
 namespace {
@@ -147,61 +150,98 @@ bool contains(const std::string &text, const char *needle) {
   return text.find(needle) != std::string::npos;
 }
 
-// Which rank a Gloo error is about. Gloo names only the peer's socket address ("Connection
-// closed by peer [10.0.0.2]:40213"); each pair listens on a port of its own, so every group
-// learns, when it connects, the address each peer's pair to this rank listens on, and records
-// it here, process-wide, for the error path.
+// Which rank a Gloo error is about. Gloo names only a socket address ("Connection closed by peer
+// [10.0.0.2]:40213"): on the side that connected, the address the peer's pair listens on. So
+// every group learns, when it connects, each peer's listening address, host and pid, and
+// records them here, process-wide, for the error path: the address names the peer where it
+// appears; otherwise a peer on this host that has exited does.
 class PeerAddressBook {
  public:
+  struct Peer {
+    std::string who;  // "rank 2 of 4"
+    std::string host;
+    long pid = 0;
+  };
   static PeerAddressBook &instance() {
     static auto *book = new PeerAddressBook();  // never destroyed: errors may come at exit
     return *book;
   }
-  void add(const std::string &address, std::string who) {
+  void add(const std::string &address, Peer peer) {
     std::lock_guard<std::mutex> lock(mutex_);
-    byAddress_[address] = std::move(who);
+    byAddress_[address] = std::move(peer);
   }
   void remove(const std::string &address) {
     std::lock_guard<std::mutex> lock(mutex_);
     byAddress_.erase(address);
   }
-  // "rank 2 of 4" for the first address in `text` that a group recorded, else "".
+  // Who `text` is about, for the error message: the peer whose recorded address it holds, and
+  // the peers on this host that have exited (a survivor may see a peer that left after its own
+  // error before it sees the first loss), e.g. "rank 2 of 4 (pid 123, exited)" or "rank 0 of 4;
+  // exited: rank 2 of 4 (pid 123)". "" if neither is known.
   std::string peerIn(const std::string &text) const {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (size_t open = text.find('['); open != std::string::npos; open = text.find('[', open + 1)) {
+    const Peer *named = nullptr;
+    for (size_t open = text.find('['); open != std::string::npos && named == nullptr;
+         open = text.find('[', open + 1)) {
       const size_t close = text.find("]:", open);
       if (close == std::string::npos) break;
       size_t end = close + 2;
       while (end < text.size() && text[end] >= '0' && text[end] <= '9') ++end;
       auto it = byAddress_.find(text.substr(open, end - open));
-      if (it != byAddress_.end()) return it->second;
+      if (it != byAddress_.end()) named = &it->second;
     }
-    return "";
+    std::string out = named != nullptr ? named->who : "";
+    std::string others;
+    const std::string here = hostName();
+    for (const auto &entry : byAddress_) {
+      const Peer &p = entry.second;
+      if (p.host != here || p.pid <= 0 || !processGone(p.pid)) continue;
+      if (&p == named) {
+        out += detail::concat(" (pid ", p.pid, ", exited)");
+      } else {
+        others += detail::concat(others.empty() ? "" : ", ", p.who, " (pid ", p.pid, ")");
+      }
+    }
+    if (others.empty()) return out;
+    return out.empty() ? others + " exited" : out + "; exited: " + others;
   }
 
  private:
   mutable std::mutex mutex_;
-  std::map<std::string, std::string> byAddress_;
+  std::map<std::string, Peer> byAddress_;
 };
 
-// Every rank sends each peer the address of its own pair to that peer (64 bytes a peer).
-std::vector<std::string> peerPairAddresses(const std::shared_ptr<gloo::Context> &context) {
-  constexpr size_t kWidth = 64;
+struct PeerCard {
+  std::string address, host;
+  long pid = 0;
+};
+
+// Every rank sends each peer the address of its own pair to that peer, its host and its pid
+// (one 320-byte slot a peer).
+std::vector<PeerCard> exchangePeerCards(const std::shared_ptr<gloo::Context> &context) {
+  constexpr size_t kWidth = 320;
   const auto n = static_cast<size_t>(context->size);
   std::vector<char> mine(n * kWidth, '\0'), theirs(n * kWidth, '\0');
+  const std::string tail = "\n" + hostName() + "\n" + std::to_string(getpid());
   for (int peer = 0; peer < context->size; ++peer) {
     if (peer == context->rank) continue;
-    const std::string address = context->getPair(peer)->address().str();
-    std::memcpy(&mine[static_cast<size_t>(peer) * kWidth], address.data(),
-                std::min(address.size(), kWidth - 1));
+    const std::string card = context->getPair(peer)->address().str() + tail;
+    std::memcpy(&mine[static_cast<size_t>(peer) * kWidth], card.data(),
+                std::min(card.size(), kWidth - 1));
   }
   gloo::AlltoallOptions opts(context);
   opts.setInput(mine.data(), mine.size());
   opts.setOutput(theirs.data(), theirs.size());
   gloo::alltoall(opts);
-  std::vector<std::string> out(n);
+  std::vector<PeerCard> out(n);
   for (size_t peer = 0; peer < n; ++peer) {
-    if (static_cast<int>(peer) != context->rank) out[peer] = std::string(&theirs[peer * kWidth]);
+    if (static_cast<int>(peer) == context->rank) continue;
+    const std::string card(&theirs[peer * kWidth]);
+    const size_t a = card.find('\n'), b = card.rfind('\n');
+    if (a == std::string::npos || b == a) continue;
+    out[peer].address = card.substr(0, a);
+    out[peer].host = card.substr(a + 1, b - a - 1);
+    out[peer].pid = std::atol(card.c_str() + b + 1);
   }
   return out;
 }
@@ -241,16 +281,16 @@ GlooGroup::GlooGroup(std::shared_ptr<TcpStoreClient> store, const std::string &p
     context->connectFullMesh(adapter, device);
     context_ = context;
   });
-  glooCall("exchanging the mesh's addresses", rank, [&] {
-    peerAddresses_ = peerPairAddresses(context_);
-  });
+  std::vector<PeerCard> cards;
+  glooCall("exchanging the mesh's addresses", rank, [&] { cards = exchangePeerCards(context_); });
   for (int peer = 0; peer < size; ++peer) {
-    if (peer == rank) continue;
-    HORA_LOG(kDebug) << "gloo: rank " << peer << "'s pair to rank " << rank << " is at "
-                     << peerAddresses_[static_cast<size_t>(peer)] << "; ours to it at "
-                     << context_->getPair(peer)->address().str();
-    PeerAddressBook::instance().add(peerAddresses_[static_cast<size_t>(peer)],
-                                    detail::concat("rank ", peer, " of ", size));
+    const PeerCard &card = cards[static_cast<size_t>(peer)];
+    if (peer == rank || card.address.empty()) continue;
+    HORA_LOG(kDebug) << "gloo: rank " << peer << " (" << card.host << ", pid " << card.pid
+                     << ")'s pair to rank " << rank << " listens at " << card.address;
+    PeerAddressBook::instance().add(
+        card.address, {detail::concat("rank ", peer, " of ", size), card.host, card.pid});
+    peerAddresses_.push_back(card.address);
   }
   plane_ = std::make_unique<GlooControlPlane>(context_, timeoutS);
 }

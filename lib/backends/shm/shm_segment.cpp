@@ -11,11 +11,10 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <random>
 
 #include "base/error.h"
+#include "base/process.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -28,17 +27,6 @@
 
 namespace hora {
 namespace {
-
-// A peer that exited: no such process, or a zombie its parent has not reaped yet (a launcher
-// that is busy, or a test harness, can leave it so for a long time).
-bool processGone(pid_t pid) {
-  if (kill(pid, 0) != 0) return errno == ESRCH;
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const size_t close = stat.rfind(')');  // the command name may hold spaces and parentheses
-  return close != std::string::npos && close + 2 < stat.size() &&
-         (stat[close + 2] == 'Z' || stat[close + 2] == 'X');
-}
 
 std::string errnoText(const char *what) { return detail::concat(what, ": ", std::strerror(errno)); }
 
