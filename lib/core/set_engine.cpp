@@ -3,6 +3,7 @@
 #include "core/set_engine.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <sys/prctl.h>
 
 #include <algorithm>
@@ -81,6 +82,14 @@ void SetEngine::threadMain(const std::function<Parts()> &setup, std::promise<Sta
   // default 50 us timer slack every such sleep overshoots by tens of microseconds, which is the
   // whole latency of a small collective.
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+  // A write to a peer that died raises SIGPIPE in the writing thread, which kills the process
+  // unless the program ignores it (Python does, C programs do not). Blocked here, in the thread
+  // that makes the sockets and whose helper threads (Gloo's, the TCP store's) inherit the mask,
+  // the write fails with EPIPE instead and the loss becomes HORA_ERR_PEER_LOST.
+  sigset_t pipe;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
   try {
     parts_ = setup();
     rank_ = parts_.group->rank();
