@@ -9,7 +9,9 @@ horarun=$1 prog=$2
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 start=$(date +%s)
-VICTIM=1 timeout 60 python3 "$horarun" -np 3 -x HORA_TIMEOUT_S=30 "$prog" > /dev/null 2> "$log"
+# The argument (which the program ignores) marks this job's processes for the check at the end.
+marker="killed-rank-test-$$"
+VICTIM=1 timeout 60 python3 "$horarun" -np 3 -x HORA_TIMEOUT_S=30 "$prog" "$marker" > /dev/null 2> "$log"
 status=$?
 elapsed=$(( $(date +%s) - start ))
 fail() { echo "FAIL: $*"; echo "--- horarun stderr:"; cat "$log"; exit 1; }
@@ -24,6 +26,6 @@ done
 # Started from the moment of death (step 20, well under a second in), 10 s is the budget.
 [ "$elapsed" -le 12 ] || fail "took ${elapsed} s"
 sleep 0.5
-left=$(pgrep -x "$(basename "$prog" | cut -c1-15)" | wc -l)
+left=$(pgrep -f -- "$marker" | wc -l)
 [ "$left" -eq 0 ] || fail "$left processes of $prog are still running"
 echo "1 passed, 0 failed"
