@@ -5,9 +5,12 @@
     tools/horarun -np 2 /usr/bin/python3 bindings/python/examples/ddp.py --backend gloo
     mpirun -np 2 /usr/bin/python3 bindings/python/examples/ddp.py --backend hora
 
-(with PYTHONPATH=<builddir>/bindings/python so that `import hora` finds the build). Under mpirun
-the script sets torch's env:// variables from Open MPI's where they are missing; across hosts, also
-pass MASTER_ADDR (rank 0's host) and MASTER_PORT with `mpirun -x`.
+(with PYTHONPATH=<builddir>/bindings/python so that `import hora` finds the build). torch's
+env:// rendezvous needs MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE, which horarun and torchrun
+set. Under mpirun the script sets the missing ones itself: RANK and WORLD_SIZE from Open MPI's
+OMPI_COMM_WORLD_RANK/SIZE, MASTER_ADDR=127.0.0.1 and MASTER_PORT=29500 (torch's usual default;
+pass another with `mpirun -x MASTER_PORT=...` if that port is taken, and across hosts pass
+MASTER_ADDR, rank 0's host, too).
 
 A small classifier learns a synthetic task (no downloads); every rank trains on its own shard of
 each batch and DDP averages the gradients. The only hora-specific line is the import.
@@ -23,13 +26,12 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 
 def env_from_mpirun():
-    """torch's env:// rendezvous needs MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE; mpirun sets
-    OMPI_COMM_WORLD_RANK/SIZE instead."""
+    """torch's env:// variables, where missing, for a rank that Open MPI's mpirun started (see
+    the top of this file)."""
     if "OMPI_COMM_WORLD_RANK" not in os.environ:
         return
     os.environ.setdefault("RANK", os.environ["OMPI_COMM_WORLD_RANK"])
     os.environ.setdefault("WORLD_SIZE", os.environ["OMPI_COMM_WORLD_SIZE"])
-    os.environ.setdefault("LOCAL_RANK", os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", "0"))
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29500")
 

@@ -6,6 +6,7 @@ function of r), never with a collective. Started by test_c10d.py under horarun o
 
 import os
 import sys
+import time
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -235,13 +236,16 @@ def check_alltoall(rank, size):
 
 
 def check_async(rank, size):
+    # More ops of one signature in flight than the backend gives names to at once (8): the later
+    # ones wait in the backend's queue for their names, the calls return at once, and every op
+    # completes in submission order.
     works, tensors = [], []
-    for i in range(6):
+    for i in range(20):
         t = contribution(rank, (64,)) * (i + 1)
         tensors.append(t)
         works.append(dist.all_reduce(t, async_op=True))
     futures = [w.get_future() for w in works]
-    for i in reversed(range(6)):
+    for i in reversed(range(20)):
         assert works[i].wait()
         want = fold(ReduceOp.SUM, [contribution(r, (64,)) * (i + 1) for r in range(size)])
         same(tensors[i], want, "async all_reduce %d" % i)
@@ -255,6 +259,28 @@ def check_async(rank, size):
     chained = dist.all_reduce(t, async_op=True).get_future().then(lambda f: f.value()[0] * 2)
     same(chained.wait(), fold(ReduceOp.SUM, [contribution(r, (4,)) for r in range(size)]) * 2,
          "then()")
+    # A callback that submits a collective (as PowerSGD's comm hook does) runs on the backend's
+    # thread that completes ops, while this thread has queued more ops of one signature than
+    # there are names: neither may wait for the other. The other ranks come late, so that rank
+    # 0's callback runs after its ops are queued.
+    if rank > 0:
+        time.sleep(0.3)
+    inner = []
+
+    def submit_from_callback(fut):
+        t = contribution(rank, (7,))
+        inner.append((t, dist.all_reduce(t, async_op=True)))
+        return fut.value()
+
+    chained = dist.all_reduce(torch.ones(3), async_op=True).get_future().then(
+        submit_from_callback)
+    works = [dist.all_reduce(torch.ones(5), async_op=True) for _ in range(12)]
+    chained.wait()
+    for w in works:
+        w.wait()
+    inner[0][1].wait()
+    same(inner[0][0], fold(ReduceOp.SUM, [contribution(r, (7,)) for r in range(size)]),
+         "all_reduce submitted by a callback")
     w = dist.barrier(async_op=True)
     w.wait()
     w = dist.all_gather([torch.empty(1) for _ in range(size)], torch.ones(1), async_op=True)
@@ -300,6 +326,24 @@ def check_subgroups(rank, size):
     t = contribution(rank)
     dist.all_reduce(t)
     same(t, fold(ReduceOp.SUM, [contribution(r) for r in range(size)]), "world after subgroups")
+    # A group whose last reference goes (here, with the GIL held) while a Python callback of one
+    # of its ops has yet to run on the group's thread: the group waits for it, letting go of the
+    # GIL. The other ranks come late, so that rank 0's op is still in flight.
+    doomed = dist.new_group(list(range(size)))
+    if rank > 0:
+        time.sleep(0.3)
+    t = contribution(rank)
+
+    def slow(fut):
+        time.sleep(0.1)
+        return fut.value()
+
+    late = dist.all_reduce(t, group=doomed, async_op=True).get_future().then(slow)
+    dist.destroy_process_group(doomed)
+    del doomed
+    assert late.done()
+    same(late.wait()[0], fold(ReduceOp.SUM, [contribution(r) for r in range(size)]),
+         "callback of a destroyed group")
 
 
 def main():

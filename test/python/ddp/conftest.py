@@ -19,22 +19,15 @@ def free_port():
         return s.getsockname()[1]
 
 
-def launch_env(launcher):
-    """Under mpirun every rank needs the same MASTER_PORT for torch's env:// store (horarun
-    picks one itself); the workers take the rest from OMPI_COMM_WORLD_*."""
-    env = {"HORA_TIMEOUT_S": "60"}
-    if launcher == "mpirun":
-        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-    return env
-
-
 def run(np_, script, args=(), launcher="horarun", timeout=180):
     """Runs `script` (a file next to this one, or a path) as np_ ranks; returns all output as one
-    string. Fails the test with every rank's output when a rank fails or the watchdog fires."""
+    string. Fails the test with every rank's output when a rank fails or the watchdog fires.
+    Under mpirun every rank needs the same MASTER_PORT for torch's env:// store (horarun picks
+    one itself); the workers take the rest from OMPI_COMM_WORLD_*."""
     path = script if os.path.isabs(script) else os.path.join(HERE, script)
-    out = harness.run_ranks(np_, path, args=list(args), launcher=launcher, timeout=timeout,
-                            env=launch_env(launcher))
-    return out if isinstance(out, str) else "\n".join(out)
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": free_port()} if launcher == "mpirun" else {}
+    return harness.run_ranks(np_, path, args=list(args), launcher=launcher, timeout=timeout,
+                             env=env)
 
 
 def launches(horarun_sizes, mpirun_sizes=(2,)):

@@ -21,18 +21,17 @@ import hora.distributed  # noqa: E402
 ReduceOp = dist.ReduceOp
 
 
-def error_class(name):
-    # hora's classes subclass RuntimeError; without them the backend raises RuntimeError itself.
-    return getattr(hora, name, RuntimeError)
-
-
 def expect_error(call, cls, *words):
+    """Runs call(), which must raise hora's exception class `cls` (a RuntimeError, with the C
+    status of that class) with a message mentioning `words`."""
     try:
         call()
     except RuntimeError as e:
         text = str(e)
-        if not isinstance(e, cls):
-            raise AssertionError("%r is a %s, expected %s" % (text, type(e).__name__, cls.__name__))
+        if type(e) is not cls or hora.error_class(e.status) is not cls:
+            raise AssertionError("%r is a %s (status %s), expected %s"
+                                 % (text, type(e).__name__, getattr(e, "status", None),
+                                    cls.__name__))
         missing = [w for w in words if w not in text]
         if missing:
             raise AssertionError("%r does not mention %s" % (text, missing))
@@ -57,15 +56,12 @@ def main():
     os.environ["TORCH_DISTRIBUTED_DEBUG"] = "INFO"
     dist.init_process_group("hora")
     rank, size = dist.get_rank(), dist.get_world_size()
-    mismatch = error_class("MismatchError")
-    unsupported = error_class("UnsupportedError")
-    invalid = error_class("InvalidArgumentError")
+    mismatch, unsupported, invalid = (hora.MismatchError, hora.UnsupportedError,
+                                      hora.InvalidArgumentError)
 
     if size > 1:
         # shapes that differ across ranks: every rank's op fails with hora's mismatch error
-        e = expect_error(lambda: dist.all_reduce(torch.ones(rank + 2)), mismatch,
-                         "allreduce", "shape")
-        assert isinstance(e, RuntimeError)
+        expect_error(lambda: dist.all_reduce(torch.ones(rank + 2)), mismatch, "allreduce", "shape")
         still_works(rank, size, "a shape mismatch")
         # ... also when waited for asynchronously: through wait() and through the future
         work = dist.all_reduce(torch.ones(2, rank + 1), async_op=True)
@@ -91,9 +87,8 @@ def main():
             t = torch.ones(2)
             work = dist.all_reduce(t, async_op=True)
             e = expect_error(lambda: work.wait(timeout=datetime.timedelta(milliseconds=100)),
-                             error_class("HoraTimeoutError"), "allreduce", "still in flight")
-            if hasattr(hora, "HoraTimeoutError"):
-                assert isinstance(e, TimeoutError)
+                             hora.HoraTimeoutError, "allreduce", "still in flight")
+            assert isinstance(e, TimeoutError)
             work.wait()
             assert torch.equal(t, torch.full((2,), float(size))), t
         else:
@@ -133,7 +128,7 @@ def main():
         os.environ["TORCH_DISTRIBUTED_DEBUG"] = "OFF"
         fast = dist.new_group(list(range(size)))
         e = expect_error(lambda: dist.all_reduce(torch.ones(rank + 2), group=fast),
-                         error_class("HoraTimeoutError"), "allreduce", "stalled", "never by rank")
+                         hora.HoraTimeoutError, "allreduce", "stalled", "never by rank")
         assert isinstance(e, TimeoutError)
         t = torch.full((5,), 1.0)  # (a shape neither side used above)
         dist.all_reduce(t, group=fast)

@@ -13,6 +13,5 @@ def fill():
         return
     os.environ.setdefault("RANK", rank)
     os.environ.setdefault("WORLD_SIZE", size)
-    os.environ.setdefault("LOCAL_RANK", os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", "0"))
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29500")

@@ -19,7 +19,7 @@ def params(out_dir, backend, dtype, rank):
     return torch.load(os.path.join(out_dir, "params_%s_%s_%d.pt" % (backend, dtype, rank)))
 
 
-@pytest.mark.parametrize("launcher,np_", launches([2, 3]))
+@pytest.mark.parametrize("launcher,np_", launches([1, 2, 3]))
 def test_ddp_hora_matches_gloo(launcher, np_, tmp_path):
     for backend in ("hora", "gloo"):
         run(np_, "ddp_worker.py", ["--backend", backend, "--out", str(tmp_path)], launcher)

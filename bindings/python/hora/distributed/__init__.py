@@ -7,10 +7,10 @@
                                        # with MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE set)
     model = torch.nn.parallel.DistributedDataParallel(model)
 
-Each collective is one hora request, named by the group's sequence number so that hora matches it
-across ranks. The backend starts hora itself on the first group (``hora_init``; under mpirun hora
-forms its world through MPI) and shuts it down at exit; hora's world must be torch's, rank for
-rank. Groups from ``dist.new_group`` are hora process sets.
+Each collective is one hora request, named so that hora matches it across ranks (see README,
+"Using hora from Python"). The backend starts hora (``hora.init()``; under mpirun hora forms its
+world through MPI) on the first group unless it runs already, and hora shuts down at exit;
+hora's world must be torch's, rank for rank. Groups from ``dist.new_group`` are hora process sets.
 
 Supported: allreduce (SUM, AVG, PRODUCT, MIN, MAX, PREMUL_SUM, and BAND/BOR/BXOR through an
 allgather), allreduce_coalesced, reduce, broadcast, allgather, _allgather_base,
@@ -21,46 +21,24 @@ monitored_barrier. Errors raise hora's exception classes (``hora.MismatchError``
 RuntimeErrors.
 """
 
-import atexit
 import os
 import socket
 
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as _torch_c10d
 
-from . import _c10d
+import hora
+
 from ._c10d import ProcessGroupHora
 
 __all__ = ["ProcessGroupHora", "BACKEND"]
 
 BACKEND = "hora"
 
-# Process sets of the groups new_group made, by their sorted world ranks. Every rank fills it,
-# members or not, since making a hora process set is collective over the world.
+# hora process sets of the groups new_group made, by their sorted world ranks. Every rank fills
+# it, members or not, since making a hora process set is collective over the world.
 _process_sets = {}
-_started_hora = False
-_rendezvous_count = 0  # hora_init attempts, the same count on every rank: fresh store keys
-
-
-def _make_error(status, message):
-    """The exception for a hora status (called by the extension): hora's class for it if the hora
-    package provides one, else RuntimeError."""
-    try:
-        import hora
-
-        cls = hora.error_class(status)
-    except Exception:  # noqa: BLE001 (no hora error classes: a plain RuntimeError still says why)
-        return RuntimeError(message)
-    try:
-        error = cls(message)
-    except TypeError:
-        error = cls(message, status)
-    if getattr(error, "status", None) != status:
-        try:
-            error.status = status
-        except AttributeError:
-            pass
-    return error
+_rendezvous_count = 0  # hora.init() rendezvous so far, the same count on every rank
 
 
 def _free_port():
@@ -70,15 +48,15 @@ def _free_port():
 
 
 def _start_hora(store, rank, size):
-    """hora_init() on every rank of torch's world, unless hora runs already; checks that hora's
+    """hora.init() on every rank of torch's world, unless hora runs already; checks that hora's
     world is torch's.
 
     Under env:// torch's store already listens on MASTER_PORT, where hora's rendezvous would
-    listen too: rank 0 picks another port and tells the others through torch's store. Variables
-    torch was not given through the environment (tcp:// or file:// init) are filled in from what
-    it was given. The environment is restored afterwards."""
-    global _started_hora, _rendezvous_count
-    if not _c10d.is_initialized():
+    listen too: rank 0 picks another port and tells the others through torch's store (a fresh
+    key per rendezvous). Variables torch was not given through the environment (tcp:// or
+    file:// init) are filled in from what it was given. The environment is restored afterwards."""
+    global _rendezvous_count
+    if not hora.is_initialized():
         key = "hora.distributed/rendezvous/%d" % _rendezvous_count
         _rendezvous_count += 1
         if rank == 0:
@@ -92,31 +70,18 @@ def _start_hora(store, rank, size):
             if name == "MASTER_PORT" or name not in os.environ:
                 os.environ[name] = value
         try:
-            _c10d.init()
+            hora.init()
         finally:
             for name, value in saved.items():
                 if value is None:
                     os.environ.pop(name, None)
                 else:
                     os.environ[name] = value
-        if not _started_hora:
-            _started_hora = True
-            atexit.register(_shutdown_at_exit)
-    hora_rank, hora_size = _c10d.world()
-    if (hora_rank, hora_size) != (rank, size):
+    if (hora.rank(), hora.size()) != (rank, size):
         raise RuntimeError(
             "hora backend: torch's world makes this process rank %d of %d, hora's rank %d of %d; "
             "start every rank with one launcher (torchrun, horarun, or mpirun with RANK and "
-            "WORLD_SIZE from OMPI_COMM_WORLD_RANK/SIZE)" % (rank, size, hora_rank, hora_size))
-
-
-def _shutdown_at_exit():
-    # Collective, like hora_shutdown: every rank exits. A runtime someone else shut down is left.
-    if _c10d.is_initialized():
-        try:
-            _c10d.shutdown()
-        except RuntimeError:
-            pass
+            "WORLD_SIZE from OMPI_COMM_WORLD_RANK/SIZE)" % (rank, size, hora.rank(), hora.size()))
 
 
 def _create_process_group(options, pg_options):
@@ -137,30 +102,22 @@ def _create_process_group(options, pg_options):
                             options.group_id)
 
 
-def _is_hora(backend):
-    return isinstance(backend, str) and backend.lower() == BACKEND
-
-
 _torch_new_process_group_helper = _torch_c10d._new_process_group_helper
 
 
 def _new_process_group_helper(group_size, group_rank, global_ranks_in_group, backend, store,
                               *args, **kwargs):
-    # torch calls the creator on a group's members only, but a hora process set is made by the
-    # whole world: new_group runs this on every rank, so the set is made here first.
-    if global_ranks_in_group and _is_hora(backend):
+    """torch calls the creator on a group's members only, but a hora process set is made by the
+    whole world: new_group runs this helper on every rank, so the set is made here first."""
+    if global_ranks_in_group and str(backend).lower() == BACKEND:
         world = _torch_c10d._get_default_group()
         _start_hora(store, world.rank(), world.size())
         ranks = tuple(sorted(int(r) for r in global_ranks_in_group))
-        _process_sets[ranks] = _c10d.process_set(list(ranks))
+        _process_sets[ranks] = hora.add_process_set(list(ranks)).process_set_id
     return _torch_new_process_group_helper(group_size, group_rank, global_ranks_in_group,
                                            backend, store, *args, **kwargs)
 
 
-def _register():
-    if BACKEND.upper() not in dist.Backend._plugins:
-        dist.Backend.register_backend(BACKEND, _create_process_group, extended_api=True)
+if BACKEND.upper() not in dist.Backend._plugins:
+    dist.Backend.register_backend(BACKEND, _create_process_group, extended_api=True)
     _torch_c10d._new_process_group_helper = _new_process_group_helper
-
-
-_register()

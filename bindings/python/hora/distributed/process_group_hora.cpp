@@ -1,17 +1,22 @@
 // SPDX-License-Identifier: Apache-2.0
 // ProcessGroupHora: each torch collective becomes one hora request; a watcher thread completes them.
+
+// Python's header goes first (it sets feature macros). The destructor releases the GIL while it
+// waits for the watcher thread, which may be running a Python callback.
+#include <Python.h>
+
 #include "process_group_hora.h"
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
-
-#include <utility>
 
 namespace hora {
 namespace dist {
@@ -27,7 +32,8 @@ std::string where(const char *what) { return std::string("hora backend: ") + wha
 
 // hora's message names its own op and the request ("allreduce 'c10d.0.7': ..."); ours adds the
 // torch op in front, as the two differ (reduce_scatter runs hora's reducescatter, barrier an
-// allreduce, ...).
+// allreduce, ...). hora_last_error is per thread and lasts until the next hora call: call this
+// right after the failed one.
 StatusError horaError(hora_status_t status, const char *what) {
   const char *why = hora_last_error();
   return StatusError(status, where(what) + (why != nullptr && why[0] != '\0'
@@ -37,24 +43,20 @@ StatusError horaError(hora_status_t status, const char *what) {
 
 const char *dtypeName(at::ScalarType t) { return c10::toString(t); }
 
-// The DLPack type hora moves for a torch dtype. bool travels as uint8 (same bytes, 0 or 1), which
-// MIN, MAX, PRODUCT and the bitwise ops keep within {0, 1}.
-DLDataType dlType(at::ScalarType t, const char *what) {
+// The DLPack type hora moves for a torch dtype; false for one it cannot move. bool travels as
+// uint8 (same bytes, 0 or 1), which MIN, MAX, PRODUCT and the bitwise ops keep within {0, 1}.
+bool dlType(at::ScalarType t, DLDataType *type) {
   switch (t) {
     case at::kByte:
-    case at::kBool: return DLDataType{kDLUInt, 8, 1};
-    case at::kChar: return DLDataType{kDLInt, 8, 1};
-    case at::kInt: return DLDataType{kDLInt, 32, 1};
-    case at::kLong: return DLDataType{kDLInt, 64, 1};
-    case at::kHalf: return DLDataType{kDLFloat, 16, 1};
-    case at::kBFloat16: return DLDataType{kDLBfloat, 16, 1};
-    case at::kFloat: return DLDataType{kDLFloat, 32, 1};
-    case at::kDouble: return DLDataType{kDLFloat, 64, 1};
-    default:
-      fail(HORA_ERR_UNSUPPORTED,
-           where(what) + "dtype " + dtypeName(t) +
-               " is not supported (hora moves uint8, int8, int32, int64, float16, bfloat16, "
-               "float32, float64 and bool)");
+    case at::kBool: *type = DLDataType{kDLUInt, 8, 1}; return true;
+    case at::kChar: *type = DLDataType{kDLInt, 8, 1}; return true;
+    case at::kInt: *type = DLDataType{kDLInt, 32, 1}; return true;
+    case at::kLong: *type = DLDataType{kDLInt, 64, 1}; return true;
+    case at::kHalf: *type = DLDataType{kDLFloat, 16, 1}; return true;
+    case at::kBFloat16: *type = DLDataType{kDLBfloat, 16, 1}; return true;
+    case at::kFloat: *type = DLDataType{kDLFloat, 32, 1}; return true;
+    case at::kDouble: *type = DLDataType{kDLFloat, 64, 1}; return true;
+    default: return false;
   }
 }
 
@@ -67,7 +69,13 @@ void checkTensor(const at::Tensor &t, const char *what, const std::string &role)
     fail(HORA_ERR_UNSUPPORTED, where(what) + role + " is on " + t.device().str() +
                                    "; this torch build gives hora CPU tensors only");
   }
-  dlType(t.scalar_type(), what);
+  DLDataType type;
+  if (!dlType(t.scalar_type(), &type)) {
+    fail(HORA_ERR_UNSUPPORTED,
+         where(what) + role + " is " + dtypeName(t.scalar_type()) +
+             ", which hora does not move (it moves uint8, int8, int32, int64, float16, "
+             "bfloat16, float32, float64 and bool)");
+  }
 }
 
 void checkSameType(const at::Tensor &t, at::ScalarType expected, const char *what,
@@ -78,18 +86,17 @@ void checkSameType(const at::Tensor &t, at::ScalarType expected, const char *wha
   }
 }
 
-// The DLPack view hora reads (and writes) of a contiguous CPU tensor. Valid while `t` lives: the
-// shape array is the tensor's own, and hora copies shapes when it accepts a request.
-DLTensor toDl(const at::Tensor &t, const char *what) {
+// The DLPack view hora reads (and writes) of a contiguous CPU tensor that checkTensor accepted.
+// Valid while `t` lives (the shape array is the tensor's own); hora copies what it needs of the
+// view at submission, and reads and writes the data until the request completes.
+DLTensor toDl(const at::Tensor &t) {
   TORCH_INTERNAL_ASSERT(t.is_contiguous(), "hora backend: a non-contiguous tensor reached hora");
   DLTensor d{};
   d.data = t.data_ptr();
   d.device = DLDevice{kDLCPU, 0};
   d.ndim = static_cast<int32_t>(t.dim());
-  d.dtype = dlType(t.scalar_type(), what);
+  TORCH_INTERNAL_ASSERT(dlType(t.scalar_type(), &d.dtype));
   d.shape = const_cast<int64_t *>(t.sizes().data());
-  d.strides = nullptr;
-  d.byte_offset = 0;
   return d;
 }
 
@@ -105,6 +112,14 @@ at::Tensor &single(std::vector<at::Tensor> &tensors, const char *what, const cha
   return tensors[0];
 }
 
+void checkRoot(int64_t root, int size, const char *what) {
+  if (root < 0 || root >= size) {
+    fail(HORA_ERR_INVALID_ARGUMENT, where(what) + "root " + std::to_string(root) +
+                                        " is outside the group's ranks [0, " +
+                                        std::to_string(size) + ")");
+  }
+}
+
 // The contents of `t` as one row: shape [1, numel], contiguous.
 at::Tensor asRow(const at::Tensor &t) { return t.contiguous().reshape({1, t.numel()}); }
 
@@ -114,6 +129,27 @@ at::Tensor concatenated(const std::vector<at::Tensor> &tensors) {
   flat.reserve(tensors.size());
   for (const auto &t : tensors) flat.push_back(t.reshape({-1}));
   return at::cat(flat);
+}
+
+// What every member of a group agrees on about an op's tensors, for its name:
+// "Float[2,3]+Long[4]". Past kLongSignature bytes (a coalesced op of many tensors) the rest
+// becomes a hash, as hora's names are at most 4096 bytes.
+constexpr size_t kLongSignature = 160;
+std::string signatureOf(const std::vector<at::Tensor> &tensors) {
+  std::string s;
+  for (const auto &t : tensors) {
+    if (!s.empty()) s += '+';
+    s += dtypeName(t.scalar_type());
+    s += '[';
+    for (int64_t d = 0; d < t.dim(); ++d) s += (d > 0 ? "," : "") + std::to_string(t.size(d));
+    s += ']';
+  }
+  if (s.size() > kLongSignature) {
+    char hash[20];
+    std::snprintf(hash, sizeof hash, "~%016zx", std::hash<std::string>()(s));
+    s = s.substr(0, kLongSignature / 2) + hash;
+  }
+  return s;
 }
 
 // hora's output of allgather/alltoall/reducescatter, seen as a 1-D tensor of `dtype`. It belongs
@@ -140,7 +176,8 @@ void copyChunk(at::Tensor &dst, const at::Tensor &src, int64_t offset) {
   dst.copy_(src.narrow(0, offset, dst.numel()).view(dst.sizes()));
 }
 
-// torch's TORCH_DISTRIBUTED_DEBUG: INFO or DETAIL asks backends to check that ranks agree.
+// torch's TORCH_DISTRIBUTED_DEBUG: INFO or DETAIL asks backends to check that ranks agree. Read
+// when the group is made (torch's own copy is read once, at import).
 bool debugLevelAtLeastInfo() {
   const char *level = std::getenv("TORCH_DISTRIBUTED_DEBUG");
   return level != nullptr && (std::strcmp(level, "INFO") == 0 || std::strcmp(level, "DETAIL") == 0);
@@ -187,7 +224,6 @@ double premulFactor(const c10d::ReduceOp &op, const char *what) {
 Reduction reductionFor(const c10d::ReduceOp &op, at::ScalarType dtype, const char *what) {
   Reduction r;
   r.kind = op.op_;
-  const bool isBool = dtype == at::kBool;
   switch (op.op_) {
     case c10d::ReduceOp::SUM: r.op = HORA_OP_SUM; break;
     case c10d::ReduceOp::AVG: r.op = HORA_OP_AVERAGE; break;
@@ -215,7 +251,7 @@ Reduction reductionFor(const c10d::ReduceOp &op, at::ScalarType dtype, const cha
       fail(HORA_ERR_UNSUPPORTED,
            where(what) + "ReduceOp " + std::to_string(static_cast<int>(op.op_)) + " is unknown");
   }
-  if (isBool && (op.op_ == c10d::ReduceOp::SUM || op.op_ == c10d::ReduceOp::AVG)) {
+  if (dtype == at::kBool && (op.op_ == c10d::ReduceOp::SUM || op.op_ == c10d::ReduceOp::AVG)) {
     fail(HORA_ERR_UNSUPPORTED, where(what) + "ReduceOp." + opName(op.op_) +
                                    " of bool tensors has no bool result; use MAX or BOR (any) "
                                    "or MIN or BAND (all)");
@@ -234,6 +270,15 @@ at::Tensor foldBitwise(const at::Tensor &rows, c10d::ReduceOp::RedOpType op) {
     }
   }
   return acc;
+}
+
+// The Submit of ops that give hora one tensor to gather: hora allocates the output.
+std::function<hora_status_t(const char *, hora_request_t *)> allgatherOf(at::Tensor input,
+                                                                         int32_t set) {
+  return [input, set](const char *name, hora_request_t *request) {
+    const DLTensor in = toDl(input);
+    return hora_allgather_async(name, &in, set, request);
+  };
 }
 
 }  // namespace
@@ -278,8 +323,6 @@ void WorkHora::complete(std::vector<at::Tensor> value, std::exception_ptr error)
 
 // ------------------------------------------------------------------------------------------------
 
-ProcessGroupHora::BlockingWrapper ProcessGroupHora::blockingWrapper_ = nullptr;
-
 ProcessGroupHora::ProcessGroupHora(int rank, int size, int32_t processSet, std::string groupName)
     : ProcessGroup(rank, size),
       sequenceNames_(debugLevelAtLeastInfo()),
@@ -305,13 +348,16 @@ ProcessGroupHora::ProcessGroupHora(int rank, int size, int32_t processSet, std::
 
 ProcessGroupHora::~ProcessGroupHora() {
   {
-    std::lock_guard<std::mutex> lock(queueMutex_);
+    std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
   }
-  queueCv_.notify_all();
-  if (!watcher_.joinable()) return;
-  if (blockingWrapper_ != nullptr) {
-    blockingWrapper_([this] { watcher_.join(); });
+  queued_.notify_all();
+  // The last reference often goes in Python, with the GIL held, while the watcher may be running
+  // a Python callback of a future (or dropping a Python object): it needs the GIL to finish.
+  if (Py_IsInitialized() != 0 && PyGILState_Check() != 0) {
+    PyThreadState *state = PyEval_SaveThread();
+    watcher_.join();
+    PyEval_RestoreThread(state);
   } else {
     watcher_.join();
   }
@@ -321,42 +367,54 @@ void ProcessGroupHora::watch() {
   const std::string threadName = ("hora-c10d " + groupName_).substr(0, 15);
   pthread_setname_np(pthread_self(), threadName.c_str());
   // Results are copied into tensors that may require grad (a parameter broadcast in place):
-  // that copy is the collective's, not part of any graph.
+  // that copy is the collective's, not part of any graph. (A future's callbacks run with the
+  // grad mode of the thread that added them.)
   at::NoGradGuard noGrad;
   for (;;) {
-    InFlight op;
+    Op op;
     {
-      std::unique_lock<std::mutex> lock(queueMutex_);
-      queueCv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, and every op has completed
-      op = std::move(queue_.front());
-      queue_.pop_front();
+      std::unique_lock<std::mutex> lock(mutex_);
+      queued_.wait(lock, [this] { return stop_ || !ops_.empty(); });
+      if (ops_.empty()) return;  // stopping, and every op has completed
+      // Only this thread pops or touches an op already queued: the front stays put while the
+      // lock is let go.
+      Op &front = ops_.front();
+      TORCH_INTERNAL_ASSERT(front.request != nullptr || front.error != nullptr);
+      if (front.error == nullptr) {
+        lock.unlock();
+        const hora_status_t status = hora_wait(front.request);
+        if (status != HORA_SUCCESS) {
+          front.error = std::make_exception_ptr(horaError(status, front.what));
+        }
+        lock.lock();
+      }
+      op = std::move(front);
+      ops_.pop_front();
+      // hora freed the name before completing the request: the next op of that name goes now.
+      for (Op &next : ops_) {
+        if (next.name != op.name) continue;
+        const hora_status_t status = next.submit(next.name.c_str(), &next.request);
+        if (status != HORA_SUCCESS) next.error = std::make_exception_ptr(horaError(status, next.what));
+        break;
+      }
     }
     std::vector<at::Tensor> value;
-    std::exception_ptr error;
-    const hora_status_t status = hora_wait(op.request);
-    {
-      std::lock_guard<std::mutex> lock(queueMutex_);
-      inFlightNames_.erase(op.name);
-    }
-    nameFreed_.notify_all();
-    if (status != HORA_SUCCESS) {
-      error = std::make_exception_ptr(horaError(status, op.what.c_str()));
-    } else {
+    if (op.error == nullptr) {
       try {
         value = op.finish(op.request);
       } catch (...) {
-        error = std::current_exception();
+        op.error = std::current_exception();
       }
     }
     hora_request_free(op.request);
-    op.finish = nullptr;  // releases the tensors hora used, before anyone is told
+    // The tensors hora used are let go before anyone is told.
+    op.submit = nullptr;
+    op.finish = nullptr;
     try {
-      op.work->complete(std::move(value), error);
+      op.work->complete(std::move(value), op.error);
     } catch (const std::exception &e) {
-      // A callback a user chained on the future threw; its future holds the error, this thread
-      // must go on completing the group's other ops.
-      std::fprintf(stderr, "hora backend: a callback of %s's future threw: %s\n", op.what.c_str(),
+      // A callback on the future threw; this thread must go on completing the group's ops.
+      std::fprintf(stderr, "hora backend: a callback of %s's future threw: %s\n", op.what,
                    e.what());
     }
   }
@@ -364,66 +422,36 @@ void ProcessGroupHora::watch() {
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHora::enqueue(c10d::OpType type, const char *what,
                                                          const std::vector<at::Tensor> &inputs,
-                                                         const Submit &submit, Finish finish) {
+                                                         const std::string &signature,
+                                                         Submit submit, Finish finish) {
   auto work = c10::make_intrusive<WorkHora>(rank_, type, what, inputs);
-  // The signature holds only what every rank agrees on: alltoall, gather and scatter take
-  // inputs that differ by rank (in shape, even in number), so for them it is the op alone.
-  const bool sameInputs = std::strcmp(what, "alltoall") != 0 &&
-                          std::strcmp(what, "alltoall_base") != 0 &&
-                          std::strcmp(what, "gather") != 0 && std::strcmp(what, "scatter") != 0;
-  std::string signature = what;
-  for (const at::Tensor &t : sameInputs ? inputs : std::vector<at::Tensor>{}) {
-    signature += std::string(":") + c10::toString(t.scalar_type());
-    for (int64_t d : t.sizes()) signature += "," + std::to_string(d);
-  }
-  char digest[17];
-  std::snprintf(digest, sizeof digest, "%016zx", std::hash<std::string>()(signature));
-  // Another thread may hold the lock while it waits for a name below, GIL released: wait for
-  // it the same way, or that thread's wait could need this thread's GIL.
-  std::unique_lock<std::mutex> lock(submitMutex_, std::defer_lock);
-  if (!lock.try_lock()) {
-    if (blockingWrapper_ != nullptr) {
-      blockingWrapper_([&lock] { lock.lock(); });
-    } else {
-      lock.lock();
-    }
-  }
-  // A refused op takes no number, like hora's own automatic names: ranks that all refuse it stay
+  const std::string key = signature.empty() ? std::string(what) : what + ("." + signature);
+  Op op;
+  op.what = what;
+  op.work = work;
+  op.submit = std::move(submit);
+  op.finish = std::move(finish);
+  std::unique_lock<std::mutex> lock(mutex_);
+  // Every op takes its numbers, even one that hora refuses below: ranks that all refuse it stay
   // in step.
-  const uint64_t use = uses_[signature];
-  const std::string name =
-      sequenceNames_ ? "c10d." + groupName_ + "." + std::to_string(seq_)
-                     : "c10d." + groupName_ + "." + what + "." + digest + "." +
-                           std::to_string(use % kSlots);
-  {
-    // The op that had this name kSlots uses ago: every rank submitted it before this one, so it
-    // completes; the wait lets go of the GIL (the watcher may be running a Python callback).
-    std::unique_lock<std::mutex> queueLock(queueMutex_);
-    if (inFlightNames_.count(name) != 0) {
-      auto waitFree = [&] { nameFreed_.wait(queueLock, [&] { return inFlightNames_.count(name) == 0; }); };
-      if (blockingWrapper_ != nullptr) {
-        blockingWrapper_(waitFree);
-      } else {
-        waitFree();
-      }
-    }
+  const uint64_t seq = seq_++;
+  const uint64_t use = uses_[std::hash<std::string>()(key) % uses_.size()]++;
+  op.name = "c10d." + groupName_ + "." +
+            (sequenceNames_ ? std::to_string(seq) : key + "." + std::to_string(use % kSlots));
+  const bool nameInFlight =
+      std::any_of(ops_.begin(), ops_.end(), [&op](const Op &o) { return o.name == op.name; });
+  if (!nameInFlight) {
+    const hora_status_t status = op.submit(op.name.c_str(), &op.request);
+    if (status != HORA_SUCCESS) throw horaError(status, what);
   }
-  hora_request_t request = nullptr;
-  const hora_status_t status = submit(name.c_str(), &request);
-  if (status != HORA_SUCCESS) throw horaError(status, what);
-  ++seq_;
-  ++uses_[signature];
-  {
-    std::lock_guard<std::mutex> queueLock(queueMutex_);
-    inFlightNames_.insert(name);
-    queue_.push_back(InFlight{request, name, work, what, std::move(finish)});
-  }
-  queueCv_.notify_one();
+  ops_.push_back(std::move(op));
+  lock.unlock();
+  queued_.notify_one();
   return work;
 }
 
 uint64_t ProcessGroupHora::getSequenceNumberForGroup() {
-  std::lock_guard<std::mutex> lock(submitMutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
   return seq_;
 }
 
@@ -442,20 +470,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::reduceTensors(c10d::OpType type
   }
   const Reduction red = reductionFor(op, dtype, what);
   const int32_t set = processSet_;
+  const std::string signature = signatureOf(tensors);
 
   if (red.bitwise) {
-    const at::Tensor row = tensors.size() == 1 ? asRow(tensors[0])
-                                               : concatenated(tensors).reshape({1, -1});
-    const DLTensor in = toDl(row, what);
+    const at::Tensor row = concatenated(tensors).reshape({1, -1});
     const int64_t size = size_;
     return enqueue(
-        type, what, tensors,
-        [&in, set](const char *name, hora_request_t *request) {
-          return hora_allgather_async(name, &in, set, request);
-        },
+        type, what, tensors, signature, allgatherOf(row, set),
         [tensors, row, dtype, size, red, write, what](hora_request_t request) mutable {
-          const at::Tensor all = horaOutput(request, dtype, what);
-          expectNumel(all, size * row.numel(), what);
+          const at::Tensor all = expectNumel(horaOutput(request, dtype, what), size * row.numel(),
+                                             what);
           const at::Tensor folded = foldBitwise(all.view({size, row.numel()}), red.kind);
           if (write) {
             int64_t offset = 0;
@@ -468,26 +492,29 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::reduceTensors(c10d::OpType type
         });
   }
 
+  // hora reduces contiguous tensors: the tensors themselves, or copies written back at the end.
+  // Without `write` the result goes to scratch tensors.
   std::vector<at::Tensor> inputs, outputs;
-  std::vector<DLTensor> inDl, outDl;
   for (const auto &t : tensors) {
     inputs.push_back(t.contiguous());
-    // The result goes to the tensors themselves (or to their contiguous copies), or nowhere.
     outputs.push_back(write ? inputs.back() : at::empty_like(inputs.back()));
-    inDl.push_back(toDl(inputs.back(), what));
-    outDl.push_back(toDl(outputs.back(), what));
   }
   return enqueue(
-      type, what, tensors,
-      [&, set](const char *name, hora_request_t *request) {
-        if (inDl.size() == 1) {
-          return hora_allreduce_async(name, &inDl[0], &outDl[0], red.op, red.prescale, 1.0, set,
+      type, what, tensors, signature,
+      [inputs, outputs, red, set](const char *name, hora_request_t *request) {
+        std::vector<DLTensor> in, out;
+        for (size_t i = 0; i < inputs.size(); ++i) {
+          in.push_back(toDl(inputs[i]));
+          out.push_back(toDl(outputs[i]));
+        }
+        if (in.size() == 1) {
+          return hora_allreduce_async(name, &in[0], &out[0], red.op, red.prescale, 1.0, set,
                                       request);
         }
-        return hora_grouped_allreduce_async(name, static_cast<int>(inDl.size()), inDl.data(),
-                                            outDl.data(), red.op, red.prescale, 1.0, set, request);
+        return hora_grouped_allreduce_async(name, static_cast<int>(in.size()), in.data(),
+                                            out.data(), red.op, red.prescale, 1.0, set, request);
       },
-      [tensors, inputs, outputs, write](hora_request_t) mutable {
+      [tensors, inputs, write](hora_request_t) mutable {
         if (write) {
           for (size_t i = 0; i < tensors.size(); ++i) {
             if (!inputs[i].is_same(tensors[i])) tensors[i].copy_(inputs[i]);
@@ -517,11 +544,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::reduce(std::vector<at::Tensor> 
   if (opts.rootTensor != 0) {
     fail(HORA_ERR_INVALID_ARGUMENT, where("reduce") + "rootTensor must be 0 (one tensor per rank)");
   }
-  if (opts.rootRank < 0 || opts.rootRank >= size_) {
-    fail(HORA_ERR_INVALID_ARGUMENT, where("reduce") + "root " + std::to_string(opts.rootRank) +
-                                        " is outside the group's ranks [0, " +
-                                        std::to_string(size_) + ")");
-  }
+  checkRoot(opts.rootRank, size_, "reduce");
   return reduceTensors(c10d::OpType::REDUCE, "reduce", tensors, opts.reduceOp,
                        opts.rootRank == rank_);
 }
@@ -533,13 +556,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::broadcast(std::vector<at::Tenso
   if (opts.rootTensor != 0) {
     fail(HORA_ERR_INVALID_ARGUMENT, where(what) + "rootTensor must be 0 (one tensor per rank)");
   }
+  checkRoot(opts.rootRank, size_, what);
+  // hora broadcasts in place into a contiguous tensor: `t` itself or a copy written back.
   const at::Tensor buf = t.contiguous();
-  DLTensor d = toDl(buf, what);
   const int root = static_cast<int>(opts.rootRank);
   const int32_t set = processSet_;
   return enqueue(
-      c10d::OpType::BROADCAST, what, tensors,
-      [&d, root, set](const char *name, hora_request_t *request) {
+      c10d::OpType::BROADCAST, what, tensors, signatureOf(tensors),
+      [buf, root, set](const char *name, hora_request_t *request) {
+        DLTensor d = toDl(buf);
         return hora_broadcast_async(name, &d, root, set, request);
       },
       [t, buf](hora_request_t) mutable {
@@ -574,17 +599,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::allgather(
                                           " elements, the input " + std::to_string(input.numel()));
     }
   }
-  const at::Tensor row = asRow(input);
-  const DLTensor in = toDl(row, what);
-  const int32_t set = processSet_;
   const int64_t n = input.numel();
   const at::ScalarType dtype = input.scalar_type();
   return enqueue(
-      c10d::OpType::ALLGATHER, what, inputs,
-      [&in, set](const char *name, hora_request_t *request) {
-        return hora_allgather_async(name, &in, set, request);
-      },
-      [outs, row, n, dtype, what](hora_request_t request) mutable {
+      c10d::OpType::ALLGATHER, what, inputs, signatureOf(inputs),
+      allgatherOf(asRow(input), processSet_),
+      [outs, n, dtype, what](hora_request_t request) mutable {
         const at::Tensor all = expectNumel(horaOutput(request, dtype, what),
                                            n * static_cast<int64_t>(outs.size()), what);
         for (size_t i = 0; i < outs.size(); ++i) copyChunk(outs[i], all, n * static_cast<int64_t>(i));
@@ -605,17 +625,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::_allgather_base(at::Tensor &out
              " elements; it must hold the group's " + std::to_string(size_) + " inputs of " +
              std::to_string(input.numel()));
   }
-  const at::Tensor row = asRow(input);
-  const DLTensor in = toDl(row, what);
-  const int32_t set = processSet_;
   const at::ScalarType dtype = input.scalar_type();
   at::Tensor out = output;
   return enqueue(
-      c10d::OpType::_ALLGATHER_BASE, what, {input},
-      [&in, set](const char *name, hora_request_t *request) {
-        return hora_allgather_async(name, &in, set, request);
-      },
-      [out, row, dtype, what](hora_request_t request) mutable {
+      c10d::OpType::_ALLGATHER_BASE, what, {input}, signatureOf({input}),
+      allgatherOf(asRow(input), processSet_),
+      [out, dtype, what](hora_request_t request) mutable {
         copyChunk(out, expectNumel(horaOutput(request, dtype, what), out.numel(), what), 0);
         return std::vector<at::Tensor>{out};
       });
@@ -654,17 +669,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::allgather_coalesced(
     }
   }
   const at::Tensor row = concatenated(inputs).reshape({1, -1});
-  const DLTensor in = toDl(row, what);
-  const int32_t set = processSet_;
+  const int64_t n = row.numel();
   std::vector<std::vector<at::Tensor>> outs = outputLists;
   return enqueue(
-      c10d::OpType::ALLGATHER_COALESCED, what, inputs,
-      [&in, set](const char *name, hora_request_t *request) {
-        return hora_allgather_async(name, &in, set, request);
-      },
-      [outs, row, dtype, what](hora_request_t request) mutable {
+      c10d::OpType::ALLGATHER_COALESCED, what, inputs, signatureOf(inputs),
+      allgatherOf(row, processSet_),
+      [outs, n, dtype, what](hora_request_t request) mutable {
         const at::Tensor all = expectNumel(horaOutput(request, dtype, what),
-                                           row.numel() * static_cast<int64_t>(outs.size()), what);
+                                           n * static_cast<int64_t>(outs.size()), what);
         std::vector<at::Tensor> value;
         int64_t offset = 0;
         for (auto &list : outs) {
@@ -678,17 +690,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::allgather_coalesced(
       });
 }
 
-// An allgather of which only the root keeps the rows.
+// An allgather of which only the root keeps the rows. Its inputs may differ by rank in shape
+// (only the number of elements must agree), so its name holds the op alone.
 c10::intrusive_ptr<c10d::Work> ProcessGroupHora::gather(
     std::vector<std::vector<at::Tensor>> &outputs, std::vector<at::Tensor> &inputs,
     const c10d::GatherOptions &opts) {
   const char *what = "gather";
   const at::Tensor input = single(inputs, what, "input");
-  if (opts.rootRank < 0 || opts.rootRank >= size_) {
-    fail(HORA_ERR_INVALID_ARGUMENT, where(what) + "root " + std::to_string(opts.rootRank) +
-                                        " is outside the group's ranks [0, " +
-                                        std::to_string(size_) + ")");
-  }
+  checkRoot(opts.rootRank, size_, what);
   std::vector<at::Tensor> outs;
   if (opts.rootRank == rank_) {
     if (outputs.size() != 1 || outputs[0].size() != static_cast<size_t>(size_)) {
@@ -708,17 +717,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::gather(
     fail(HORA_ERR_INVALID_ARGUMENT,
          where(what) + "only the root (rank " + std::to_string(opts.rootRank) + ") passes outputs");
   }
-  const at::Tensor row = asRow(input);
-  const DLTensor in = toDl(row, what);
-  const int32_t set = processSet_;
   const int64_t n = input.numel(), size = size_;
   const at::ScalarType dtype = input.scalar_type();
   return enqueue(
-      c10d::OpType::GATHER, what, inputs,
-      [&in, set](const char *name, hora_request_t *request) {
-        return hora_allgather_async(name, &in, set, request);
-      },
-      [outs, row, n, size, dtype, what](hora_request_t request) mutable {
+      c10d::OpType::GATHER, what, inputs, "", allgatherOf(asRow(input), processSet_),
+      [outs, n, size, dtype, what](hora_request_t request) mutable {
         const at::Tensor all = expectNumel(horaOutput(request, dtype, what), n * size, what);
         for (size_t i = 0; i < outs.size(); ++i) copyChunk(outs[i], all, n * static_cast<int64_t>(i));
         return outs;
@@ -726,19 +729,31 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::gather(
 }
 
 // ------------------------------------------------------------------------------------------------
-// Exchanges, through hora's alltoall with explicit splits of a 1-D tensor.
+// Exchanges, through hora's alltoall with explicit splits of a 1-D tensor. What each rank sends
+// differs by rank, so their names hold the op alone.
+
+namespace {
+
+// The Submit of an alltoall of `input`'s rows: `splits` rows to each rank, or an even split
+// when empty.
+std::function<hora_status_t(const char *, hora_request_t *)> alltoallOf(
+    at::Tensor input, std::vector<int64_t> splits, int32_t set) {
+  return [input, splits, set](const char *name, hora_request_t *request) {
+    const DLTensor in = toDl(input);
+    return hora_alltoall_async(name, &in, splits.empty() ? nullptr : splits.data(), set, request);
+  };
+}
+
+}  // namespace
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHora::scatter(
     std::vector<at::Tensor> &outputs, std::vector<std::vector<at::Tensor>> &inputs,
     const c10d::ScatterOptions &opts) {
   const char *what = "scatter";
   at::Tensor output = single(outputs, what, "output");
-  if (opts.rootRank < 0 || opts.rootRank >= size_) {
-    fail(HORA_ERR_INVALID_ARGUMENT, where(what) + "root " + std::to_string(opts.rootRank) +
-                                        " is outside the group's ranks [0, " +
-                                        std::to_string(size_) + ")");
-  }
+  checkRoot(opts.rootRank, size_, what);
   const int64_t n = output.numel();
+  // The root sends n elements to each rank; the others send nothing.
   at::Tensor flat;
   std::vector<int64_t> splits(static_cast<size_t>(size_), 0);
   if (opts.rootRank == rank_) {
@@ -763,15 +778,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::scatter(
     }
     flat = at::empty({0}, output.options());
   }
-  const DLTensor in = toDl(flat, what);
-  const int32_t set = processSet_;
   const at::ScalarType dtype = output.scalar_type();
   return enqueue(
-      c10d::OpType::SCATTER, what, inputs.empty() ? std::vector<at::Tensor>{} : inputs[0],
-      [&in, &splits, set](const char *name, hora_request_t *request) {
-        return hora_alltoall_async(name, &in, splits.data(), set, request);
-      },
-      [output, flat, n, dtype, what](hora_request_t request) mutable {
+      c10d::OpType::SCATTER, what, inputs.empty() ? std::vector<at::Tensor>{} : inputs[0], "",
+      alltoallOf(flat, splits, processSet_),
+      [output, n, dtype, what](hora_request_t request) mutable {
         copyChunk(output, expectNumel(horaOutput(request, dtype, what), n, what), 0);
         return std::vector<at::Tensor>{output};
       });
@@ -794,33 +805,23 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::alltoall_base(
                std::to_string(s->size()) + " entries for a group of " + std::to_string(size_));
     }
   }
-  const at::Tensor in = input.contiguous();
-  const DLTensor d = toDl(in, what);
-  const std::vector<int64_t> sendSplits = inputSplits;
   const std::vector<int64_t> expect = outputSplits;
-  const int32_t set = processSet_;
   const at::ScalarType dtype = input.scalar_type();
   at::Tensor out = output;
   return enqueue(
-      c10d::OpType::ALLTOALL_BASE, what, {input},
-      [&d, &sendSplits, set](const char *name, hora_request_t *request) {
-        return hora_alltoall_async(name, &d, sendSplits.empty() ? nullptr : sendSplits.data(), set,
-                                   request);
-      },
-      [out, in, expect, dtype, what](hora_request_t request) mutable {
-        const at::Tensor received = horaOutput(request, dtype, what);
-        if (!expect.empty()) {
-          const int64_t *got = hora_request_received_splits(request);
-          for (size_t r = 0; got != nullptr && r < expect.size(); ++r) {
-            if (got[r] != expect[r]) {
-              fail(HORA_ERR_MISMATCH, where(what) + "rank " + std::to_string(r) + " sent " +
-                                          std::to_string(got[r]) +
-                                          " rows but output_split_sizes expects " +
-                                          std::to_string(expect[r]));
-            }
+      c10d::OpType::ALLTOALL_BASE, what, {input}, "",
+      alltoallOf(input.contiguous(), inputSplits, processSet_),
+      [out, expect, dtype, what](hora_request_t request) mutable {
+        const int64_t *got = hora_request_received_splits(request);
+        for (size_t r = 0; got != nullptr && r < expect.size(); ++r) {
+          if (got[r] != expect[r]) {
+            fail(HORA_ERR_MISMATCH, where(what) + "rank " + std::to_string(r) + " sent " +
+                                        std::to_string(got[r]) +
+                                        " rows but output_split_sizes expects " +
+                                        std::to_string(expect[r]));
           }
         }
-        copyChunk(out, expectNumel(received, out.numel(), what), 0);
+        copyChunk(out, expectNumel(horaOutput(request, dtype, what), out.numel(), what), 0);
         return std::vector<at::Tensor>{out};
       });
 }
@@ -844,16 +845,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::alltoall(std::vector<at::Tensor
     checkSameType(outputs[i], dtype, what, "output " + std::to_string(i));
     splits.push_back(inputs[i].numel());
   }
-  const at::Tensor flat = concatenated(inputs);
-  const DLTensor d = toDl(flat, what);
-  const int32_t set = processSet_;
   std::vector<at::Tensor> outs = outputs;
   return enqueue(
-      c10d::OpType::ALLTOALL, what, inputs,
-      [&d, &splits, set](const char *name, hora_request_t *request) {
-        return hora_alltoall_async(name, &d, splits.data(), set, request);
-      },
-      [outs, flat, dtype, what](hora_request_t request) mutable {
+      c10d::OpType::ALLTOALL, what, inputs, "", alltoallOf(concatenated(inputs), splits, processSet_),
+      [outs, dtype, what](hora_request_t request) mutable {
         const at::Tensor received = horaOutput(request, dtype, what);
         const int64_t *got = hora_request_received_splits(request);
         int64_t offset = 0;
@@ -873,16 +868,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::alltoall(std::vector<at::Tensor
 
 // ------------------------------------------------------------------------------------------------
 // Reduce-scatter: the inputs as [size, n] rows, so that hora's reducescatter gives rank i row i.
-
-namespace {
-
-// Rows [size, n] to reduce: PREMUL_SUM's factor is applied here, reducescatter has no prescale.
-at::Tensor scaledRows(at::Tensor rows, const Reduction &red, bool fresh) {
-  if (red.prescale == 1.0) return rows;
-  return fresh ? rows.mul_(red.prescale) : rows.mul(red.prescale);
-}
-
-}  // namespace
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHora::reduce_scatter(
     std::vector<at::Tensor> &outputs, std::vector<std::vector<at::Tensor>> &inputs,
@@ -930,29 +915,27 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::reduceScatterRows(
   const int32_t set = processSet_;
   const at::ScalarType dtype = output.scalar_type();
   const int64_t size = size_, rank = rank_, n = output.numel();
+  const std::string signature = signatureOf(inputs);
   if (red.bitwise) {
-    const at::Tensor row = rows.reshape({1, -1});
-    const DLTensor in = toDl(row, what);
     return enqueue(
-        type, what, inputs,
-        [&in, set](const char *name, hora_request_t *request) {
-          return hora_allgather_async(name, &in, set, request);
-        },
-        [output, row, size, rank, n, dtype, red, what](hora_request_t request) mutable {
+        type, what, inputs, signature, allgatherOf(rows.reshape({1, -1}), set),
+        [output, size, rank, n, dtype, red, what](hora_request_t request) mutable {
           const at::Tensor all = expectNumel(horaOutput(request, dtype, what), size * size * n, what);
           const at::Tensor folded = foldBitwise(all.view({size, size * n}), red.kind);
           copyChunk(output, folded, rank * n);
           return std::vector<at::Tensor>{output};
         });
   }
-  const at::Tensor scaled = scaledRows(rows, red, fresh);
-  const DLTensor in = toDl(scaled, what);
+  // hora's reducescatter has no prescale: PREMUL_SUM's factor is applied here, in place only to
+  // rows that are a copy.
+  if (red.prescale != 1.0) rows = fresh ? rows.mul_(red.prescale) : rows.mul(red.prescale);
   return enqueue(
-      type, what, inputs,
-      [&in, &red, set](const char *name, hora_request_t *request) {
+      type, what, inputs, signature,
+      [rows, red, set](const char *name, hora_request_t *request) {
+        const DLTensor in = toDl(rows);
         return hora_reducescatter_async(name, &in, red.op, set, request);
       },
-      [output, scaled, n, dtype, what](hora_request_t request) mutable {
+      [output, n, dtype, what](hora_request_t request) mutable {
         copyChunk(output, expectNumel(horaOutput(request, dtype, what), n, what), 0);
         return std::vector<at::Tensor>{output};
       });
@@ -963,17 +946,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::reduceScatterRows(
 // A one-element allreduce in the group's sequence: it completes on a rank once every member has
 // reached it, and its Work after every earlier op of the group.
 c10::intrusive_ptr<c10d::Work> ProcessGroupHora::barrier(const c10d::BarrierOptions &) {
-  const char *what = "barrier";
   const at::Tensor token = at::zeros({1}, at::kInt);
-  const DLTensor d = toDl(token, what);
   const int32_t set = processSet_;
   return enqueue(
-      c10d::OpType::BARRIER, what, {},
-      [&d, set](const char *name, hora_request_t *request) {
-        return hora_allreduce_async(name, &d, const_cast<DLTensor *>(&d), HORA_OP_SUM, 1.0, 1.0,
-                                    set, request);
+      c10d::OpType::BARRIER, "barrier", {}, "",
+      [token, set](const char *name, hora_request_t *request) {
+        DLTensor d = toDl(token);
+        return hora_allreduce_async(name, &d, &d, HORA_OP_SUM, 1.0, 1.0, set, request);
       },
-      [token](hora_request_t) { return std::vector<at::Tensor>{}; });
+      [](hora_request_t) { return std::vector<at::Tensor>{}; });
 }
 
 namespace {

@@ -4,11 +4,11 @@
 
 #include <hora/hora.h>
 
+#include <array>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
-#include <map>
-#include <set>
 #include <exception>
 #include <functional>
 #include <mutex>
@@ -34,7 +34,7 @@ class StatusError : public std::runtime_error {
   hora_status_t status_;
 };
 
-// The Work of one collective: completed by the group's watcher thread, with the result tensors
+// The Work of one collective: completed by its group's watcher thread, with the result tensors
 // as its future's value (DDP's reducer reads them from there).
 class WorkHora : public c10d::Work {
  public:
@@ -64,11 +64,6 @@ class ProcessGroupHora : public c10d::ProcessGroup {
   ProcessGroupHora(int rank, int size, int32_t processSet, std::string groupName);
   // Waits for the ops still in flight (hora's own timeouts bound that), then stops the watcher.
   ~ProcessGroupHora() override;
-
-  // How the destructor blocks while the watcher finishes: the Python module releases the GIL
-  // around it. Set once, before any group exists.
-  using BlockingWrapper = void (*)(const std::function<void()> &block);
-  static void setBlockingWrapper(BlockingWrapper wrapper) { blockingWrapper_ = wrapper; }
 
   const std::string getBackendName() const override { return "hora"; }
   int32_t processSet() const { return processSet_; }
@@ -117,28 +112,33 @@ class ProcessGroupHora : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor> &tensors,
                                                int tag) override;
 
-  // The number of ops this group has handed to hora; the same on every member while they agree.
-  void setSequenceNumberForGroup() override {}
+  // The number of ops this group has been given; the same on every member while they agree.
   uint64_t getSequenceNumberForGroup() override;
 
  private:
-  // Submits with the op's name and returns the new request (throws with hora's message).
+  // Hands the op to hora under `name`. The closure owns the tensors hora reads and writes, and
+  // lives until the op has completed.
   using Submit = std::function<hora_status_t(const char *name, hora_request_t *request)>;
   // Runs on the watcher thread after a successful wait: copies hora's output where torch wants
   // it and returns the future's value.
   using Finish = std::function<std::vector<at::Tensor>(hora_request_t request)>;
 
-  struct InFlight {
-    hora_request_t request = nullptr;
+  struct Op {
     std::string name;  // hora's name of the op
+    const char *what = nullptr;  // the torch op, for messages
     c10::intrusive_ptr<WorkHora> work;
-    std::string what;  // the torch op, for messages
-    Finish finish;     // its captures keep every tensor hora touches alive until completion
+    Submit submit;
+    Finish finish;
+    hora_request_t request = nullptr;  // null until submitted
+    std::exception_ptr error;          // its submission by the watcher failed
   };
 
+  // Names the op, submits it (or leaves that to the watcher: see kSlots) and queues it for the
+  // watcher. `signature`: what every member agrees on about the op's tensors (dtypes, shapes).
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char *what,
                                          const std::vector<at::Tensor> &inputs,
-                                         const Submit &submit, Finish finish);
+                                         const std::string &signature, Submit submit,
+                                         Finish finish);
   // An allreduce of `tensors` (one dtype), its result written to them when `write`; BAND, BOR
   // and BXOR go through an allgather.
   c10::intrusive_ptr<c10d::Work> reduceTensors(c10d::OpType type, const char *what,
@@ -152,34 +152,33 @@ class ProcessGroupHora : public c10d::ProcessGroup {
                                                    const c10d::ReduceOp &op);
   void watch();
 
-  static BlockingWrapper blockingWrapper_;
+  // Op names repeat from step to step, so that hora's response cache answers them: the k-th op
+  // of a signature (torch op, dtypes, shapes) is "c10d.<group>.<op>.<signature>.<k % kSlots>"
+  // on every rank. Up to kSlots ops of a signature are in hora at once; a later one whose name
+  // is still in flight on this rank waits in the queue, and the watcher submits it once that
+  // name is free, so that no call ever blocks (a future's callback may submit ops on the watcher
+  // thread itself). Ranks that disagree (another shape or op at the same point) submit
+  // different names, which hora reports as a stall. With TORCH_DISTRIBUTED_DEBUG=INFO or
+  // DETAIL the n-th op is "c10d.<group>.<n>" instead: a disagreement fails at once with hora's
+  // MismatchError naming both sides, and every op takes hora's uncached path.
+  static constexpr uint64_t kSlots = 8;
 
   const bool sequenceNames_;  // TORCH_DISTRIBUTED_DEBUG: see kSlots
   const int32_t processSet_;
   const std::string groupName_;
 
-  // Op names repeat from step to step, so that hora's response cache answers them: the k-th op
-  // of a signature (torch op, dtypes, shapes) is "c10d.<group>.<op>.<signature>.<k % kSlots>" on
-  // every rank, and waits for the op that last had its name to complete on this rank. Ranks
-  // that disagree (another shape or op at the same point) then submit different names, which
-  // hora reports as a stall. With TORCH_DISTRIBUTED_DEBUG=INFO or DETAIL the n-th op is
-  // "c10d.<group>.<n>" instead: a disagreement fails at once with hora's MismatchError naming
-  // both sides, and every op takes hora's uncached path.
-  static constexpr uint64_t kSlots = 8;
-
-  // This mutex protects: seq_, uses_ and the order of queue_ against the order of submission.
-  // Taken before queueMutex_.
-  std::mutex submitMutex_;
+  // This mutex protects: seq_, uses_, ops_ and stop_. Held for submissions, never while waiting
+  // for hora or running a future's callbacks.
+  std::mutex mutex_;
+  std::condition_variable queued_;
   uint64_t seq_ = 0;
-  std::map<std::string, uint64_t> uses_;  // by signature: ops submitted
-
-  // This mutex protects: queue_, stop_, inFlightNames_. The watcher thread waits for the front
-  // request, then the next: requests complete in submission order, as torch expects of a group.
-  std::mutex queueMutex_;
-  std::condition_variable queueCv_;
-  std::condition_variable nameFreed_;
-  std::deque<InFlight> queue_;
-  std::set<std::string> inFlightNames_;
+  // Ops submitted by signature, k above. A counter serves every signature of its hash bucket:
+  // the count stays a function of the sequence of ops, the same on every rank, and memory
+  // stays bounded however many shapes a program uses.
+  std::array<uint64_t, 1024> uses_{};
+  // In submission order: the watcher completes them in that order, as torch expects of a group.
+  // The front is the op it waits for; other threads only push to the back.
+  std::deque<Op> ops_;
   bool stop_ = false;
   std::thread watcher_;
 };
