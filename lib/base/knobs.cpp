@@ -103,6 +103,14 @@ const std::vector<KnobSpec> kTable = {
        return parseChoice(t, {"auto", "cma", "off"}, &k.shm, why);
      },
      [](const Knobs &k) { return k.shm; }},
+    {"HORA_SHM_STREAM", "auto",
+     "how the shared-memory allreduce writes the segment: auto (non-temporal stores, through "
+     "memory, while ranks measure that they share no cache, e.g. vCPUs placed on different "
+     "CCDs or sockets; cached stores otherwise), on, or off",
+     [](const std::string &t, Knobs &k, std::string *why) {
+       return parseChoice(t, {"auto", "on", "off"}, &k.shmStream, why);
+     },
+     [](const Knobs &k) { return k.shmStream; }},
     {"HORA_THREAD_AFFINITY", "auto",
      "CPU of the engine threads: auto (spread local ranks over the CPUs when the launcher did "
      "not bind), off, or one CPU per local rank such as 0,8",

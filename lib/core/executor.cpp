@@ -12,8 +12,9 @@ namespace {
 
 bool isHalf(DType t) { return t == DType::kFloat16 || t == DType::kBFloat16; }
 
-void copyBytes(void *dst, const void *src, size_t n) {
-  if (n != 0 && dst != src) std::memcpy(dst, src, n);
+// Packing and unpacking: the vector copy of kernels.h, which has no slow relative alignment.
+void packBytes(void *dst, const void *src, size_t n) {
+  if (dst != src) copyBytes(dst, src, n);
 }
 
 }  // namespace
@@ -46,7 +47,7 @@ void Executor::allreduce(const std::vector<Request *> &requests, const Response 
   if (!widen && tensors.size() == 1) {
     const TensorArg &t = tensors[0];
     if (pre != 1.0) {
-      copyBytes(t.out, t.in, static_cast<size_t>(t.numel) * esize);
+      packBytes(t.out, t.in, static_cast<size_t>(t.numel) * esize);
       scaleInPlace(t.out, t.numel, dtype, pre);
       backend_.allreduce(t.out, t.out, t.numel, dtype, wireOp);
     } else {
@@ -84,7 +85,7 @@ void Executor::allreduce(const std::vector<Request *> &requests, const Response 
   {
     Step step(*this, "FUSION_COPY_IN");
     for (const TensorArg &t : tensors) {
-      copyBytes(buf + off, t.in, static_cast<size_t>(t.numel) * esize);
+      packBytes(buf + off, t.in, static_cast<size_t>(t.numel) * esize);
       off += static_cast<size_t>(t.numel) * esize;
     }
     if (pre != 1.0) scaleInPlace(buf, total, dtype, pre);
@@ -97,7 +98,7 @@ void Executor::allreduce(const std::vector<Request *> &requests, const Response 
   if (post != 1.0) scaleInPlace(buf, total, dtype, post);
   off = 0;
   for (const TensorArg &t : tensors) {
-    copyBytes(t.out, buf + off, static_cast<size_t>(t.numel) * esize);
+    packBytes(t.out, buf + off, static_cast<size_t>(t.numel) * esize);
     off += static_cast<size_t>(t.numel) * esize;
   }
 }
@@ -160,7 +161,7 @@ void Executor::allgather(const std::vector<Request *> &requests,
   char *p = buf + offset[me];
   for (size_t i = 0; i < items.size(); ++i) {
     const size_t bytes = static_cast<size_t>(items[i].rows[me] * items[i].rowBytes);
-    copyBytes(p, requests[i]->tensors()[0].in, bytes);
+    packBytes(p, requests[i]->tensors()[0].in, bytes);
     p += bytes;
   }
   backend_.allgatherv(buf + offset[me], buf, blockBytes);
@@ -169,7 +170,7 @@ void Executor::allgather(const std::vector<Request *> &requests,
     const char *q = buf + offset[r];
     for (size_t i = 0; i < items.size(); ++i) {
       const int64_t bytes = items[i].rows[r] * items[i].rowBytes;
-      copyBytes(items[i].out + written[i], q, static_cast<size_t>(bytes));
+      packBytes(items[i].out + written[i], q, static_cast<size_t>(bytes));
       written[i] += bytes;
       q += bytes;
     }
@@ -250,7 +251,7 @@ void Executor::reducescatter(const std::vector<Request *> &requests,
     const void *in = item.in;
     if (pre != 1.0) {
       void *buf = fusion_.get(static_cast<size_t>(total) * esize);
-      copyBytes(buf, item.in, static_cast<size_t>(total) * esize);
+      packBytes(buf, item.in, static_cast<size_t>(total) * esize);
       scaleInPlace(buf, total, dtype, pre);
       in = buf;
     }
@@ -270,7 +271,7 @@ void Executor::reducescatter(const std::vector<Request *> &requests,
       const int64_t c = item.count[r];
       const char *src = static_cast<const char *>(item.in) + item.start[r] * static_cast<int64_t>(esize);
       if (widen) widenToFloat(src, reinterpret_cast<float *>(p), c, dtype, pre);
-      else copyBytes(p, src, static_cast<size_t>(c) * esize);
+      else packBytes(p, src, static_cast<size_t>(c) * esize);
       p += c * static_cast<int64_t>(wsize);
     }
   }
@@ -281,7 +282,7 @@ void Executor::reducescatter(const std::vector<Request *> &requests,
   for (const Item &item : items) {
     const int64_t c = item.count[me];
     if (widen) narrowFromFloat(reinterpret_cast<const float *>(reduced), item.out, c, dtype, post);
-    else copyBytes(item.out, reduced, static_cast<size_t>(c) * esize);
+    else packBytes(item.out, reduced, static_cast<size_t>(c) * esize);
     reduced += c * static_cast<int64_t>(wsize);
   }
 }

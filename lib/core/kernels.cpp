@@ -14,6 +14,10 @@
 #include <string>
 #include <type_traits>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #if HORA_KERNELS_X86
 #include <cpuid.h>
 #endif
@@ -486,7 +490,37 @@ void checkDType(const char *fn, DType t) {
 
 namespace kernels_detail {
 
+// 64 bytes at a time through fixed-size copies (vector moves of the baseline ISA), so that glibc's
+// `rep movsb` path is never taken; the tail is shorter than a block.
+void copyPortable(void *dst, const void *src, size_t bytes) {
+  auto *d = static_cast<unsigned char *>(dst);
+  const auto *s = static_cast<const unsigned char *>(src);
+  size_t i = 0;
+  for (; i + 64 <= bytes; i += 64) __builtin_memcpy(d + i, s + i, 64);
+  if (i < bytes) std::memcpy(d + i, s + i, bytes - i);
+}
+
+// SSE2 (the x86_64 baseline) has a 16-byte non-temporal store; elsewhere a plain copy.
+void streamPortable(void *dst, const void *src, size_t bytes) {
+#if defined(__SSE2__)
+  auto *d = static_cast<unsigned char *>(dst);
+  const auto *s = static_cast<const unsigned char *>(src);
+  size_t i = (16 - reinterpret_cast<uintptr_t>(d) % 16) % 16;
+  if (i > bytes) i = bytes;
+  std::memcpy(d, s, i);
+  for (; i + 16 <= bytes; i += 16) {
+    _mm_stream_si128(reinterpret_cast<__m128i *>(d + i),
+                     _mm_loadu_si128(reinterpret_cast<const __m128i *>(s + i)));
+  }
+  std::memcpy(d + i, s + i, bytes - i);
+#else
+  copyPortable(dst, src, bytes);
+#endif
+}
+
 void fillScalarTable(KernelTable &k) {
+  k.copy = &copyPortable;
+  k.stream = &streamPortable;
   fillPlain<uint8_t>(k, DType::kUInt8);
   fillPlain<int8_t>(k, DType::kInt8);
   fillPlain<int32_t>(k, DType::kInt32);
@@ -581,6 +615,22 @@ void reduceWidenedInto(float *dst, const void *src, int64_t count, DType dtype, 
   const KernelTable &k = active();
   const auto row = factor == 1.0 ? k.reduceWidenedUnscaled : k.reduceWidened;
   row[slot(dtype)][static_cast<int>(op)](dst, src, count, factor);
+}
+
+void copyBytes(void *dst, const void *src, size_t bytes) {
+  if (bytes != 0) active().copy(dst, src, bytes);
+}
+
+void streamBytes(void *dst, const void *src, size_t bytes) {
+  if (bytes != 0) active().stream(dst, src, bytes);
+}
+
+void streamFence() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#else
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+#endif
 }
 
 void reduceScaledInto(void *dst, const void *src, int64_t count, DType dtype, ReduceOp op,

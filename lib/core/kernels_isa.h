@@ -4,6 +4,7 @@
 // kernels_x86.cpp fills the AVX2 and AVX-512 tables.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "base/dtype.h"
@@ -22,6 +23,7 @@ struct KernelTable {
   using Scale = void (*)(void *buf, int64_t n, double factor);
   using Widen = void (*)(const void *src, float *dst, int64_t n, double factor);
   using Narrow = void (*)(const float *src, void *dst, int64_t n, double factor);
+  using Copy = void (*)(void *dst, const void *src, size_t bytes);
 
   Reduce reduce[kNumDTypes][kNumReduceOps] = {};
   ReduceScaled reduceScaled[kNumDTypes][kNumReduceOps] = {};    // floating dtypes only
@@ -30,6 +32,8 @@ struct KernelTable {
   Scale scale[kNumDTypes] = {};    // floating dtypes only
   Widen widen[kNumDTypes] = {};    // float16, bfloat16 only
   Narrow narrow[kNumDTypes] = {};  // float16, bfloat16 only
+  Copy copy = nullptr;             // bytes > 0
+  Copy stream = nullptr;           // bytes > 0, non-temporal stores
 };
 
 // The portable table, complete (kernels.cpp).

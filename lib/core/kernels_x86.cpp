@@ -61,6 +61,7 @@ struct V {
   static F load(const float *p) { return _mm256_loadu_ps(p); }
   static D load(const double *p) { return _mm256_loadu_pd(p); }
   static void store(float *p, F v) { _mm256_storeu_ps(p, v); }
+  static void stream(float *p, F v) { _mm256_stream_ps(p, v); }  // p 32-byte aligned
   static void store(double *p, D v) { _mm256_storeu_pd(p, v); }
   static F splat(float x) { return _mm256_set1_ps(x); }
   static D splat(double x) { return _mm256_set1_pd(x); }
@@ -181,6 +182,7 @@ struct V {
   static F load(const float *p) { return _mm512_loadu_ps(p); }
   static D load(const double *p) { return _mm512_loadu_pd(p); }
   static void store(float *p, F v) { _mm512_storeu_ps(p, v); }
+  static void stream(float *p, F v) { _mm512_stream_ps(p, v); }  // p 64-byte aligned
   static void store(double *p, D v) { _mm512_storeu_pd(p, v); }
   static F splat(float x) { return _mm512_set1_ps(x); }
   static D splat(double x) { return _mm512_set1_pd(x); }

@@ -116,6 +116,70 @@ TEST(ShmBarrier, ALostPeerIsReportedAsSuch) {
   }
 }
 
+// The pipeline's point-to-point waits: awaitPeers returns once every other rank's counter has
+// reached the value (its own is not looked at), and not before.
+TEST(ShmBarrier, AwaitPeersReturnsOnlyOnceEveryPeerPublished) {
+  constexpr int kRanks = 3, kRounds = 2000;
+  auto state = std::make_unique<ShmBarrierState>();
+  std::vector<int> pids(kRanks, getpid());
+  std::vector<std::atomic<int>> cell(kRanks);
+  std::atomic<int> bad{0};
+  runRanks(kRanks, [&](int r) {
+    ShmBarrier barrier(state.get(), r, pids, 30.0, true);
+    for (int round = 1; round <= kRounds; ++round) {
+      cell[static_cast<size_t>(r)].store(round);
+      barrier.publish(1, static_cast<uint64_t>(round));
+      barrier.awaitPeers(1, static_cast<uint64_t>(round), "test");
+      for (int q = 0; q < kRanks; ++q) {
+        if (cell[static_cast<size_t>(q)].load() < round) ++bad;
+      }
+    }
+  });
+  EXPECT_EQ(bad.load(), 0);
+}
+
+TEST(ShmBarrier, AwaitPeersTimesOutNamingTheLaggard) {
+  auto state = std::make_unique<ShmBarrierState>();
+  ShmBarrier barrier(state.get(), 0, {getpid(), getpid(), getpid()}, 0.3, false);
+  state->progress[1].stage[2].store(7);  // rank 1 is there, rank 2 stays at 3
+  state->progress[2].stage[2].store(3);
+  try {
+    barrier.awaitPeers(2, 7, "allreduce (gather)");
+    FAIL() << "returned while rank 2 was behind";
+  } catch (const Error &e) {
+    EXPECT_EQ(e.status(), HORA_ERR_TIMEOUT);
+    EXPECT_NE(e.message().find("for ranks 2"), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find("allreduce (gather)"), std::string::npos) << e.message();
+  }
+}
+
+// Rank 0 bounces a line with each peer in turn, as the shared-memory backend's probe does; every
+// call returns a plausible round trip and none is left waiting.
+TEST(ShmBarrier, PingPongTimesARoundTripWithEachPeer) {
+  constexpr int kRanks = 3;
+  auto state = std::make_unique<ShmBarrierState>();
+  std::vector<int> pids(kRanks, getpid());
+  std::vector<double> seen(kRanks * 4, -1);
+  runRanks(kRanks, [&](int r) {
+    ShmBarrier barrier(state.get(), r, pids, 30.0, true);
+    for (int probe = 0; probe < 2; ++probe) {
+      for (int q = 1; q < kRanks; ++q) {
+        if (r == 0 || r == q) {
+          seen[static_cast<size_t>(r * 4 + (r == 0 ? probe * 2 + q - 1 : probe))] =
+              barrier.pingPong(r == 0 ? q : 0, 32);
+        }
+      }
+    }
+  });
+  for (int r = 0; r < kRanks; ++r) {
+    for (int i = 0; i < (r == 0 ? 4 : 2); ++i) {
+      const double ns = seen[static_cast<size_t>(r * 4 + i)];
+      EXPECT_GT(ns, 0.0) << "rank " << r << " probe " << i;
+      EXPECT_LT(ns, 1e8) << "rank " << r << " probe " << i;
+    }
+  }
+}
+
 // The engine's sleep between cycles: a peer starting the next cycle wakes it long before its
 // limit, and so does its own rank; a peer already ahead means no sleep at all.
 TEST(ShmBell, APeerArrivingAtTheNextBarrierWakesTheSleeper) {
@@ -213,15 +277,17 @@ RankData cutVector(int rank, int64_t total, bool inPlace, const std::vector<floa
   return d;
 }
 
-// (ranks, elements, HORA_SHM): "auto" stages through the segment, "cma" reads peers' tensors
-// directly (the ranks are threads of one process here, which process_vm_readv serves as well).
+// (ranks, elements, HORA_SHM): "auto" stages through the segment, "stream" stages with
+// non-temporal stores (HORA_SHM_STREAM=on), "cma" reads peers' tensors directly (the ranks are
+// threads of one process here, which process_vm_readv serves as well).
 class ShmAllreduce : public ::testing::TestWithParam<std::tuple<int, int64_t, std::string>> {};
 
 TEST_P(ShmAllreduce, SumAndMaxWithScalingMatchAnIndependentSum) {
   const int ranks = std::get<0>(GetParam());
   const int64_t total = std::get<1>(GetParam());
   Knobs knobs;
-  knobs.shm = std::get<2>(GetParam());
+  knobs.shm = std::get<2>(GetParam()) == "stream" ? "auto" : std::get<2>(GetParam());
+  if (std::get<2>(GetParam()) == "stream") knobs.shmStream = "on";
   ThreadGroup tg(ranks);
   std::atomic<int> wrong{0};
   runRanks(ranks, [&](int r) {
@@ -271,12 +337,12 @@ std::string shmName(const ::testing::TestParamInfo<std::tuple<int, int64_t, std:
          std::to_string(std::get<1>(info.param)) + "_" + std::get<2>(info.param);
 }
 
-// 5 and 8000 elements go through the eager staging; 8200 is one window (staged) or one chunk
-// (cma); 300001 is several of either.
+// 5 and 8000 elements go through the eager staging; 8200 is one pipeline window (staged) or one
+// chunk (cma); 300001 is several of either; 1500001 (12 windows) reuses every ring slot twice.
 INSTANTIATE_TEST_SUITE_P(Sizes, ShmAllreduce,
                          ::testing::Combine(::testing::Values(2, 3),
-                                            ::testing::Values<int64_t>(5, 8000, 8200, 300001),
-                                            ::testing::Values("auto", "cma")),
+                                            ::testing::Values<int64_t>(5, 8000, 8200, 300001, 1500001),
+                                            ::testing::Values("auto", "stream", "cma")),
                          shmName);
 
 // More tensors in one operation than a rank's single-copy table holds (4096): every rank sees

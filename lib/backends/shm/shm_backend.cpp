@@ -17,7 +17,19 @@ namespace hora {
 namespace {
 
 constexpr int64_t kEagerBytes = 32 << 10;    // largest op that goes through the staging slots
-constexpr int64_t kWindowBytes = 1 << 20;    // bytes of the vector reduced per round: stays in cache
+constexpr int64_t kWindowBytes = 512 << 10;  // bytes of the vector per pipeline window
+constexpr int kSlots = 4;                    // pipeline windows a rank's export/result rings hold
+constexpr int64_t kSubBytes = 16 << 10;      // reduced, then published, while still in L1
+// ShmBarrierState::Progress stages of the pipeline: windows each rank has exported, reduced
+// (its share, published) and copied back.
+constexpr int kExported = 0, kReduced = 1, kCopied = 2;
+// HORA_SHM_STREAM=auto: rank 0 times a cache line bounced with each peer at the first pipelined
+// operation and then every kProbeEvery windows (64 MiB), and ranks stream while that round trip
+// is over kFarNs: about 60 ns between cores under one L3 here, 310 ns when the VM's two vCPUs
+// sit on different CCDs of the host, which happens for minutes at a time.
+constexpr uint64_t kProbeEvery = 128;
+constexpr int kProbeRounds = 32;
+constexpr double kFarNs = 150;
 constexpr int64_t kAndBytes = 64 << 10;      // largest negotiation bit vector taken here
 constexpr int64_t kChunkBytes = 128 << 10;   // single copy: peer data read per step, stays in L2
 constexpr uint32_t kTableEntries = 4096;     // single copy: most tensors one op can publish
@@ -88,12 +100,12 @@ class SpanTable {
   // Copies input elements [a, b) into dst / dst into output elements [a, b).
   void gatherIn(int64_t a, int64_t b, size_t esize, char *dst) const {
     forEach(a, b, esize, [&](const char *in, char *, int64_t at, int64_t n) {
-      std::memcpy(dst + static_cast<size_t>(at) * esize, in, static_cast<size_t>(n) * esize);
+      copyBytes(dst + static_cast<size_t>(at) * esize, in, static_cast<size_t>(n) * esize);
     });
   }
   void scatterOut(int64_t a, int64_t b, size_t esize, const char *src) const {
     forEach(a, b, esize, [&](const char *, char *out, int64_t at, int64_t n) {
-      std::memcpy(out, src + static_cast<size_t>(at) * esize, static_cast<size_t>(n) * esize);
+      copyBytes(out, src + static_cast<size_t>(at) * esize, static_cast<size_t>(n) * esize);
     });
   }
 
@@ -133,13 +145,15 @@ class PeerTable {
 class ShmBackend final : public Backend {
  public:
   ShmBackend(std::unique_ptr<Backend> inner, std::unique_ptr<ShmSegment> segment, int rank,
-             int size, double timeoutS, bool singleCopy)
+             int size, double timeoutS, bool singleCopy, const std::string &stream)
       : inner_(std::move(inner)),
         segment_(std::move(segment)),
         rank_(rank),
         size_(size),
         timeoutS_(timeoutS),
         wantSingleCopy_(singleCopy),
+        streamMode_(stream),
+        stream_(stream == "on"),
         name_(std::string(inner_->name()) + "+shm") {
     char *base = static_cast<char *>(segment_->base());
     slots_ = reinterpret_cast<Slot *>(base + slotsOffset());
@@ -151,11 +165,11 @@ class ShmBackend final : public Backend {
     barrierState_ = reinterpret_cast<ShmBarrierState *>(base);
   }
 
-  // Per rank, in this order: two eager staging halves, the window export area, two result areas,
-  // two negotiation bit vectors, the single-copy table.
+  // Per rank, in this order: two eager staging halves, the export and the result ring of the
+  // pipeline (kSlots windows each), two negotiation bit vectors, the single-copy table.
   static constexpr size_t kExportAt = 2 * kEagerBytes;
-  static constexpr size_t kResultAt = kExportAt + kWindowBytes;
-  static constexpr size_t kAndAt = kResultAt + 2 * kWindowBytes;
+  static constexpr size_t kResultAt = kExportAt + kSlots * kWindowBytes;
+  static constexpr size_t kAndAt = kResultAt + kSlots * kWindowBytes;
   static constexpr size_t kTableAt = kAndAt + 2 * kAndBytes;
   static size_t areaBytes() { return roundUp(kTableAt + kTableEntries * sizeof(TableEntry), 4096); }
   static size_t slotsOffset() { return roundUp(sizeof(ShmBarrierState), 4096); }
@@ -257,10 +271,12 @@ class ShmBackend final : public Backend {
   char *eagerHalf(int r, uint64_t parity) const {
     return area(r) + static_cast<size_t>(parity) * kEagerBytes;
   }
-  char *exportArea(int r) const { return area(r) + kExportAt; }
+  char *exportSlot(int r, uint64_t window) const {
+    return area(r) + kExportAt + static_cast<size_t>(window % kSlots) * kWindowBytes;
+  }
   TableEntry *table(int r) const { return reinterpret_cast<TableEntry *>(area(r) + kTableAt); }
-  char *resultArea(int r, uint64_t parity) const {
-    return area(r) + kResultAt + static_cast<size_t>(parity) * kWindowBytes;
+  char *resultSlot(int r, uint64_t window) const {
+    return area(r) + kResultAt + static_cast<size_t>(window % kSlots) * kWindowBytes;
   }
 
   void run(const std::vector<Span> &spans, DType dtype, ReduceOp op, double pre, double post) {
@@ -281,10 +297,7 @@ class ShmBackend final : public Backend {
     }
     const int64_t unit = std::max<int64_t>(1, 64 / static_cast<int64_t>(o.esize));
     if (single && singleCopyRun(o, spans, unit)) return;
-    const int64_t window = kWindowBytes / static_cast<int64_t>(o.esize) / unit * unit;
-    for (int64_t w = 0; w < o.total; w += window) {
-      windowRound(o, w, std::min(o.total, w + window), unit, w == 0 && !single);
-    }
+    pipeline(o, unit, /*checked=*/single);
   }
 
   // Large ops when ranks may read each other's memory (cross-memory attach): every rank
@@ -388,60 +401,139 @@ class ShmBackend final : public Backend {
     }
   }
 
-  // One window [a, b) of the vector, cut into one share per rank on 64-byte multiples:
-  //   every rank copies each peer's share of its input into its export area; barrier;
-  //   rank r reduces share r (its own input and every peer's export) into its result area and
-  //   its output; barrier; every rank copies each peer's result into its output.
-  // Export and result areas stay in cache between the copies. The result areas alternate by
-  // round, so the next round's barriers are what make their reuse safe: two barriers per round.
-  void windowRound(const Op &o, int64_t a, int64_t b, int64_t unit, bool first) {
-    const int64_t units = (b - a + unit - 1) / unit;
-    auto share = [&](int r) { return std::min(b, a + units * r / size_ * unit); };
-    const uint64_t parity = round_++ & 1;
-    char *exported = exportArea(rank_);
+  // Large ops: a pipeline over windows of the vector, each cut into one share per rank on
+  // 64-byte multiples. Rank r, for window w:
+  //   export:    copies each peer's share of its input into its export ring;
+  //   reduce:    once every peer has exported w, reduces share r (its own input and the peers'
+  //              exports) into its output and publishes it in its result ring;
+  //   copy back: once every peer has reduced w, copies their results into its output.
+  // A rank runs export(w), reduce(w - 1), copy back(w - 2) in turn and waits only for the
+  // counters of the data it needs (ShmBarrier::awaitPeers), never for a barrier of everyone: a
+  // rank that falls up to a window behind (a preempted core, a page fault) costs nothing, where
+  // lockstep barriers made every such stall everyone's, and on a busy VM kept both ranks
+  // sleeping and waking. A ring slot is rewritten kSlots windows later, once every peer is done
+  // with it. Windows are numbered across operations, the same on every rank.
+  void pipeline(const Op &o, int64_t unit, bool checked) {
+    const int64_t window = kWindowBytes / static_cast<int64_t>(o.esize) / unit * unit;
+    const int64_t n = (o.total + window - 1) / window;
+    const uint64_t first = windows_;
+    if (streamMode_ == "auto" && first >= nextProbe_) probe(first);
+    windows_ += static_cast<uint64_t>(n);
+    auto range = [&](int64_t t) {
+      return std::make_pair(t * window, std::min(o.total, (t + 1) * window));
+    };
+    for (int64_t t = 0; t < n + 2; ++t) {
+      if (t < n) exportWindow(o, first + t, range(t), unit);
+      if (t >= 1 && t <= n) reduceWindow(o, first + t - 1, range(t - 1), unit, !checked && t == 1);
+      if (t >= 2) copyBackWindow(o, first + t - 2, range(t - 2), unit);
+    }
+  }
+
+  // A copy into the segment for the peers to read.
+  void publishBytes(void *dst, const void *src, size_t bytes) const {
+    if (stream_) {
+      streamBytes(dst, src, bytes);
+    } else {
+      copyBytes(dst, src, bytes);
+    }
+  }
+
+  // Collective (every rank calls it at the same window): rank 0 bounces a cache line with each
+  // peer in turn, and each rank streams while its own link to rank 0 is slow (rank 0: any link).
+  // Cached stores hand the staged data to a reader through the shared L3; where the ranks share
+  // none, every line moves between the two cores' caches one at a time, and in one run here
+  // that made the data path 4-5 times slower than going through memory with streaming stores.
+  void probe(uint64_t window) {
+    nextProbe_ = window + kProbeEvery;
+    double worst = 0;
+    for (int r = 1; r < size_; ++r) {
+      if (rank_ == 0 || rank_ == r) worst = std::max(worst, barrier_->pingPong(rank_ == 0 ? r : 0, kProbeRounds));
+    }
+    const bool far = worst > kFarNs;
+    if (far != stream_) {
+      HORA_LOG(kInfo) << "shared-memory allreduce: cache-line round trip " << static_cast<int>(worst)
+                      << " ns to " << (rank_ == 0 ? "the slowest peer" : "rank 0") << "; "
+                      << (far ? "streaming the staged data through memory" : "cached stores");
+    }
+    stream_ = far;
+  }
+
+  // Share r of window [a, b): elements [share(r), share(r + 1)).
+  struct Shares {
+    int64_t a, b, units, unit;
+    int size;
+    int64_t operator()(int r) const { return std::min(b, a + units * r / size * unit); }
+  };
+  Shares sharesOf(std::pair<int64_t, int64_t> range, int64_t unit) const {
+    return {range.first, range.second, (range.second - range.first + unit - 1) / unit, unit, size_};
+  }
+
+  void exportWindow(const Op &o, uint64_t w, std::pair<int64_t, int64_t> range, int64_t unit) {
+    if (w >= kSlots) barrier_->awaitPeers(kReduced, w - kSlots + 1, "allreduce (export)");
+    const Shares share = sharesOf(range, unit);
+    char *exported = exportSlot(rank_, w);
     for (int r = 0; r < size_; ++r) {
       if (r == rank_) continue;
-      table_.gatherIn(share(r), share(r + 1), o.esize,
-                      exported + static_cast<size_t>(share(r) - a) * o.esize);
+      char *to = exported + static_cast<size_t>(share(r) - share.a) * o.esize;
+      table_.forEach(share(r), share(r + 1), o.esize, [&](const char *in, char *, int64_t at, int64_t c) {
+        publishBytes(to + static_cast<size_t>(at) * o.esize, in, static_cast<size_t>(c) * o.esize);
+      });
     }
-    barrier_->wait("allreduce (exchange)");
-    if (first) checkPeers(o);
+    if (stream_) streamFence();
+    barrier_->publish(kExported, w + 1);
+  }
 
+  void reduceWindow(const Op &o, uint64_t w, std::pair<int64_t, int64_t> range, int64_t unit,
+                    bool check) {
+    barrier_->awaitPeers(kExported, w + 1, "allreduce (reduce)");
+    if (check) checkPeers(o);
+    if (w >= kSlots) barrier_->awaitPeers(kCopied, w - kSlots + 1, "allreduce (reduce)");
+    const Shares share = sharesOf(range, unit);
     const int64_t mineA = share(rank_), mineB = share(rank_ + 1), n = mineB - mineA;
-    char *result = resultArea(rank_, parity);
-    const size_t offset = static_cast<size_t>(mineA - a) * o.esize;
-    if (n > 0) {
-      if (isHalf(o.dtype)) {
-        acc_.resize(static_cast<size_t>(n));
-        table_.gatherIn(mineA, mineB, o.esize, result);  // staged, then widened in cache
-        widenToFloat(result, acc_.data(), n, o.dtype, o.pre);
-        for (int r = 0; r < size_; ++r) {
-          if (r != rank_) reduceWidenedInto(acc_.data(), exportArea(r) + offset, n, o.dtype, o.op, o.pre);
-        }
-        narrowFromFloat(acc_.data(), result, n, o.dtype, o.post);
-        table_.scatterOut(mineA, mineB, o.esize, result);
-      } else {
-        // Reduced in the output tensors themselves, then published: for an in-place tensor
-        // two passes over the share, where staging it in the result area first takes three.
-        table_.forEach(mineA, mineB, o.esize, [&](const char *in, char *out, int64_t at, int64_t c) {
-          const size_t bytes = static_cast<size_t>(c) * o.esize;
-          const size_t from = offset + static_cast<size_t>(at) * o.esize;  // in the window
-          if (in != out) std::memcpy(out, in, bytes);
-          scaleInPlace(out, c, o.dtype, o.pre);
-          for (int r = 0; r < size_; ++r) {
-            if (r != rank_) reduceScaledInto(out, exportArea(r) + from, c, o.dtype, o.op, o.pre);
-          }
-          scaleInPlace(out, c, o.dtype, o.post);
-          std::memcpy(result + static_cast<size_t>(at) * o.esize, out, bytes);
-        });
+    char *result = resultSlot(rank_, w);
+    const size_t offset = static_cast<size_t>(mineA - share.a) * o.esize;  // in the window
+    if (n > 0 && isHalf(o.dtype)) {
+      acc_.resize(static_cast<size_t>(n));
+      table_.gatherIn(mineA, mineB, o.esize, result);  // staged, then widened in cache
+      widenToFloat(result, acc_.data(), n, o.dtype, o.pre);
+      for (int r = 0; r < size_; ++r) {
+        if (r != rank_) reduceWidenedInto(acc_.data(), exportSlot(r, w) + offset, n, o.dtype, o.op, o.pre);
       }
+      narrowFromFloat(acc_.data(), result, n, o.dtype, o.post);
+      table_.scatterOut(mineA, mineB, o.esize, result);
+    } else if (n > 0) {
+      // Reduced in the output tensors themselves, a piece small enough for L1 at a time, and
+      // published from there: the share crosses memory once each way.
+      const int64_t sub = kSubBytes / static_cast<int64_t>(o.esize);
+      table_.forEach(mineA, mineB, o.esize, [&](const char *in, char *out, int64_t at, int64_t c) {
+        for (int64_t s = 0; s < c; s += sub) {
+          const int64_t m = std::min(sub, c - s);
+          const size_t bytes = static_cast<size_t>(m) * o.esize;
+          const size_t skip = static_cast<size_t>(s) * o.esize;
+          const size_t from = offset + static_cast<size_t>(at + s) * o.esize;  // in the window
+          char *piece = out + skip;
+          if (in != out) copyBytes(piece, in + skip, bytes);
+          scaleInPlace(piece, m, o.dtype, o.pre);
+          for (int r = 0; r < size_; ++r) {
+            if (r != rank_) reduceScaledInto(piece, exportSlot(r, w) + from, m, o.dtype, o.op, o.pre);
+          }
+          scaleInPlace(piece, m, o.dtype, o.post);
+          publishBytes(result + static_cast<size_t>(at + s) * o.esize, piece, bytes);
+        }
+      });
+      if (stream_) streamFence();
     }
-    barrier_->wait("allreduce (reduce)");
+    barrier_->publish(kReduced, w + 1);
+  }
 
+  void copyBackWindow(const Op &o, uint64_t w, std::pair<int64_t, int64_t> range, int64_t unit) {
+    barrier_->awaitPeers(kReduced, w + 1, "allreduce (gather)");
+    const Shares share = sharesOf(range, unit);
     for (int step = 1; step < size_; ++step) {
       const int r = (rank_ + step) % size_;  // staggered: ranks do not all read one owner at once
-      table_.scatterOut(share(r), share(r + 1), o.esize, resultArea(r, parity));
+      table_.scatterOut(share(r), share(r + 1), o.esize, resultSlot(r, w));
     }
+    barrier_->publish(kCopied, w + 1);
   }
 
   // Small ops: stage, one barrier, every rank reduces every slot in rank order. The staging
@@ -478,6 +570,9 @@ class ShmBackend final : public Backend {
   const int size_;
   const double timeoutS_;
   const bool wantSingleCopy_;
+  const std::string streamMode_;  // HORA_SHM_STREAM
+  bool stream_;                   // non-temporal stores into the segment (see probe())
+  uint64_t nextProbe_ = 0;        // window at which the next pipelined operation probes
   std::string name_;  // "<inner>+shm", with "/single-copy" once connect() found it possible
   bool singleCopy_ = false;      // every rank can read every peer's memory (process_vm_readv)
   uint64_t probe_ = 0;           // read by peers at connect to tell whether they can
@@ -488,7 +583,7 @@ class ShmBackend final : public Backend {
   std::unique_ptr<ShmBarrier> barrier_;
   std::unique_ptr<ShmBell> bell_;
   uint64_t seq_ = 0;
-  uint64_t round_ = 0;      // windows run, over all operations: picks the result area
+  uint64_t windows_ = 0;    // pipeline windows run, over all operations: picks the ring slots
   uint64_t eagerOps_ = 0;   // eager operations run: picks the staging half
   uint64_t andOps_ = 0;     // negotiation ANDs run: picks the bit-vector half
   SpanTable table_;
@@ -538,7 +633,8 @@ std::unique_ptr<Backend> wrapWithShm(std::unique_ptr<Backend> inner, Group &grou
       ShmSegment::create(control, ShmBackend::segmentBytes(control.size()), why);
   if (!segment) return inner;
   auto shm = std::make_unique<ShmBackend>(std::move(inner), std::move(segment), control.rank(),
-                                          control.size(), knobs.timeoutS, knobs.shm == "cma");
+                                          control.size(), knobs.timeoutS, knobs.shm == "cma",
+                                          knobs.shmStream);
   shm->connect(control);
   return shm;
 }
