@@ -423,10 +423,22 @@ class ShmBackend final : public Backend {
       return std::make_pair(t * window, std::min(o.total, (t + 1) * window));
     };
     for (int64_t t = 0; t < n + 2; ++t) {
+      if (t + 1 < n) touchPages(o, range(t + 1));
       if (t < n) exportWindow(o, first + t, range(t), unit);
       if (t >= 1 && t <= n) reduceWindow(o, first + t - 1, range(t - 1), unit, !checked && t == 1);
       if (t >= 2) copyBackWindow(o, first + t - 2, range(t - 2), unit);
     }
+  }
+
+  // One prefetch per 4 KiB page of the next window's input: the hardware prefetchers stop at page
+  // boundaries and each new page starts with a page walk, which under a VM's nested paging is
+  // long; started a window early, the walks overlap this window's copies (ResNet-50 step here
+  // about 5% faster).
+  void touchPages(const Op &o, std::pair<int64_t, int64_t> range) const {
+    table_.forEach(range.first, range.second, o.esize, [&](const char *in, char *, int64_t, int64_t c) {
+      const char *end = in + static_cast<size_t>(c) * o.esize;
+      for (const char *p = in; p < end; p += 4096) __builtin_prefetch(p, 0, 0);
+    });
   }
 
   // A copy into the segment for the peers to read.

@@ -20,12 +20,15 @@ namespace hora {
 // per call):
 //  - small (N <= 32 KiB): every rank copies its input into its staging slot; after one barrier
 //    every rank reduces all slots itself, in rank order.
-//  - large: 1 MiB windows of the vector, each cut into P shares. Every rank copies each peer's
-//    share of its input into its export area; barrier; rank r reduces share r (its own input and
-//    the peers' exports) into its result area and its output; barrier; every rank copies the
-//    peers' results into its output. The areas are small enough to stay in cache between a
-//    write on one core and the read on another, so memory sees about one read of the input and
-//    one write of the output per rank, plus cache-to-cache traffic.
+//  - large: a pipeline over 512 KiB windows of the vector, each cut into P shares. Every rank
+//    copies each peer's share of its input into its export ring; rank r reduces share r (its
+//    own input and the peers' exports) into its output and its result ring; every rank copies
+//    the peers' results into its output. Ranks wait only for the progress counters of the data
+//    they need, a window apart, not for barriers. Where the ranks' cores share a cache the rings
+//    hand data over through it, so memory sees about one read of the input and one write of the
+//    output per rank; where they share none (HORA_SHM_STREAM=auto probes that) the rings are
+//    written with non-temporal stores and read from memory, which here is 3-4 times faster
+//    than pulling each line out of the other core's cache.
 //  - HORA_SHM=cma, large: no staging. Every rank publishes where its tensors lie; rank r reads
 //    the peers' share r straight from their tensors (process_vm_readv, 128 KiB at a time) and
 //    reduces it into its own output; then every rank reads each owner's reduced share from the
