@@ -188,7 +188,8 @@ class ShmBackend final : public Backend {
     for (int r = 0; r < size_; ++r) pids[static_cast<size_t>(r)] = slots_[r].pid;
     // Spinning before sleeping pays only when every rank has a core of its own.
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    barrier_ = std::make_unique<ShmBarrier>(barrierState_, rank_, pids, timeoutS_, cores >= size_);
+    coreEach_ = cores >= size_;
+    barrier_ = std::make_unique<ShmBarrier>(barrierState_, rank_, pids, timeoutS_, coreEach_);
     bell_ = std::make_unique<ShmBell>(barrierState_, rank_, size_);
     pids_ = std::move(pids);
 
@@ -417,7 +418,9 @@ class ShmBackend final : public Backend {
     const int64_t window = kWindowBytes / static_cast<int64_t>(o.esize) / unit * unit;
     const int64_t n = (o.total + window - 1) / window;
     const uint64_t first = windows_;
-    if (streamMode_ == "auto" && first >= nextProbe_) probe(first);
+    // Timing a round trip means spinning on it, which an oversubscribed host cannot afford and
+    // where it would time the scheduler: there the stores stay cached.
+    if (streamMode_ == "auto" && coreEach_ && first >= nextProbe_) probe(first);
     windows_ += static_cast<uint64_t>(n);
     auto range = [&](int64_t t) {
       return std::make_pair(t * window, std::min(o.total, (t + 1) * window));
@@ -585,6 +588,7 @@ class ShmBackend final : public Backend {
   const std::string streamMode_;  // HORA_SHM_STREAM
   bool stream_;                   // non-temporal stores into the segment (see probe())
   uint64_t nextProbe_ = 0;        // window at which the next pipelined operation probes
+  bool coreEach_ = false;         // at least as many CPUs as ranks (set by connect())
   std::string name_;  // "<inner>+shm", with "/single-copy" once connect() found it possible
   bool singleCopy_ = false;      // every rank can read every peer's memory (process_vm_readv)
   uint64_t probe_ = 0;           // read by peers at connect to tell whether they can
