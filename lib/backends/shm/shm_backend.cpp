@@ -98,9 +98,11 @@ class SpanTable {
     }
   }
   // Copies input elements [a, b) into dst / dst into output elements [a, b).
-  void gatherIn(int64_t a, int64_t b, size_t esize, char *dst) const {
+  // `copy` is copyBytes, or streamBytes where the caller fences before publishing.
+  using Copy = void (*)(void *, const void *, size_t);
+  void gatherIn(int64_t a, int64_t b, size_t esize, char *dst, Copy copy = copyBytes) const {
     forEach(a, b, esize, [&](const char *in, char *, int64_t at, int64_t n) {
-      copyBytes(dst + static_cast<size_t>(at) * esize, in, static_cast<size_t>(n) * esize);
+      copy(dst + static_cast<size_t>(at) * esize, in, static_cast<size_t>(n) * esize);
     });
   }
   void scatterOut(int64_t a, int64_t b, size_t esize, const char *src) const {
@@ -152,7 +154,7 @@ class ShmBackend final : public Backend {
         size_(size),
         timeoutS_(timeoutS),
         wantSingleCopy_(singleCopy),
-        streamMode_(stream),
+        probeStream_(stream == "auto"),
         stream_(stream == "on"),
         name_(std::string(inner_->name()) + "+shm") {
     char *base = static_cast<char *>(segment_->base());
@@ -420,7 +422,7 @@ class ShmBackend final : public Backend {
     const uint64_t first = windows_;
     // Timing a round trip means spinning on it, which an oversubscribed host cannot afford and
     // where it would time the scheduler: there the stores stay cached.
-    if (streamMode_ == "auto" && coreEach_ && first >= nextProbe_) probe(first);
+    if (probeStream_ && coreEach_ && first >= nextProbe_) probe(first);
     windows_ += static_cast<uint64_t>(n);
     auto range = [&](int64_t t) {
       return std::make_pair(t * window, std::min(o.total, (t + 1) * window));
@@ -444,14 +446,8 @@ class ShmBackend final : public Backend {
     });
   }
 
-  // A copy into the segment for the peers to read.
-  void publishBytes(void *dst, const void *src, size_t bytes) const {
-    if (stream_) {
-      streamBytes(dst, src, bytes);
-    } else {
-      copyBytes(dst, src, bytes);
-    }
-  }
+  // How this rank copies into the segment for the peers to read (see probe()).
+  SpanTable::Copy publishCopy() const { return stream_ ? streamBytes : copyBytes; }
 
   // Collective (every rank calls it at the same window): rank 0 bounces a cache line with each
   // peer in turn, and each rank streams while its own link to rank 0 is slow (rank 0: any link).
@@ -489,10 +485,8 @@ class ShmBackend final : public Backend {
     char *exported = exportSlot(rank_, w);
     for (int r = 0; r < size_; ++r) {
       if (r == rank_) continue;
-      char *to = exported + static_cast<size_t>(share(r) - share.a) * o.esize;
-      table_.forEach(share(r), share(r + 1), o.esize, [&](const char *in, char *, int64_t at, int64_t c) {
-        publishBytes(to + static_cast<size_t>(at) * o.esize, in, static_cast<size_t>(c) * o.esize);
-      });
+      table_.gatherIn(share(r), share(r + 1), o.esize,
+                      exported + static_cast<size_t>(share(r) - share.a) * o.esize, publishCopy());
     }
     if (stream_) streamFence();
     barrier_->publish(kExported, w + 1);
@@ -520,6 +514,7 @@ class ShmBackend final : public Backend {
       // Reduced in the output tensors themselves, a piece small enough for L1 at a time, and
       // published from there: the share crosses memory once each way.
       const int64_t sub = kSubBytes / static_cast<int64_t>(o.esize);
+      const SpanTable::Copy publish = publishCopy();
       table_.forEach(mineA, mineB, o.esize, [&](const char *in, char *out, int64_t at, int64_t c) {
         for (int64_t s = 0; s < c; s += sub) {
           const int64_t m = std::min(sub, c - s);
@@ -533,7 +528,7 @@ class ShmBackend final : public Backend {
             if (r != rank_) reduceScaledInto(piece, exportSlot(r, w) + from, m, o.dtype, o.op, o.pre);
           }
           scaleInPlace(piece, m, o.dtype, o.post);
-          publishBytes(result + static_cast<size_t>(at + s) * o.esize, piece, bytes);
+          publish(result + static_cast<size_t>(at + s) * o.esize, piece, bytes);
         }
       });
       if (stream_) streamFence();
@@ -585,7 +580,7 @@ class ShmBackend final : public Backend {
   const int size_;
   const double timeoutS_;
   const bool wantSingleCopy_;
-  const std::string streamMode_;  // HORA_SHM_STREAM
+  const bool probeStream_;        // HORA_SHM_STREAM=auto: probe() decides stream_
   bool stream_;                   // non-temporal stores into the segment (see probe())
   uint64_t nextProbe_ = 0;        // window at which the next pipelined operation probes
   bool coreEach_ = false;         // at least as many CPUs as ranks (set by connect())

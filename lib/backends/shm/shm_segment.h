@@ -84,7 +84,8 @@ class ShmBarrier {
 
   // Rank 0 and `peer` (called by both, at the same point of their sequence of operations) pass
   // one cache line back and forth about `rounds` times; returns the round trip in nanoseconds as
-  // this rank timed it (the mean of the fastest of four batches). About 60 ns where two cores share an L3 here, 310 ns where they do not.
+  // this rank timed it (the mean of the fastest of four batches). About 60 ns where two cores
+  // share an L3 here, 310 ns where they do not.
   double pingPong(int peer, int rounds);
 
  private:
