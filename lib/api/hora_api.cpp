@@ -176,6 +176,7 @@ Parsed parseTensor(const Call &call, const char *role, const DLTensor *t) {
   }
   const int64_t esize = static_cast<int64_t>(dtypeSize(p.dtype));
   p.numel = 1;
+  p.shape.reserve(static_cast<size_t>(t->ndim));
   for (int d = 0; d < t->ndim; ++d) {
     const int64_t dim = t->shape[d];
     if (dim < 0) bad("dimension ", d, " is negative (", dim, ")");
@@ -300,7 +301,8 @@ void checkRequestPtr(const Call &call, hora_request_t *request_p) {
   }
 }
 
-void submit(Engine &engine, const Call &call, RequestMsg msg, std::vector<TensorArg> tensors,
+// Takes the call's name (moved into the request): the last use of `call`.
+void submit(Engine &engine, Call &call, RequestMsg msg, std::vector<TensorArg> tensors,
             hora_request_t *request_p) {
 #if HORA_HAVE_NCCL
   // The device work waits for what this thread had queued on its stream when it submitted.
@@ -308,7 +310,7 @@ void submit(Engine &engine, const Call &call, RequestMsg msg, std::vector<Tensor
   std::shared_ptr<void> ready;
   if (!msg.device.isCpu()) ready = nccl_device::recordEvent(msg.device.id, tlsCudaStream);
 #endif
-  msg.name = call.autoNamed ? nextAutoName(call.processSet, call.op) : call.name;
+  msg.name = call.autoNamed ? nextAutoName(call.processSet, call.op) : std::move(call.name);
   msg.op = call.op;
   auto request = std::make_shared<Request>(std::move(msg), call.processSet, std::move(tensors));
 #if HORA_HAVE_NCCL
@@ -336,6 +338,8 @@ void allreduceImpl(const char *name, int n, const DLTensor *inputs, DLTensor *ou
   }
   RequestMsg msg;
   std::vector<TensorArg> tensors;
+  msg.shapes.reserve(static_cast<size_t>(n));
+  tensors.reserve(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
     const std::string role = n == 1 ? "input" : detail::concat("input ", i);
     const std::string outRole = n == 1 ? "output" : detail::concat("output ", i);
@@ -354,8 +358,8 @@ void allreduceImpl(const char *name, int n, const DLTensor *inputs, DLTensor *ou
                  " on ", in.device.str(), " but input 0 is ", dtypeName(msg.dtype), " on ",
                  msg.device.str(), "; a group shares one dtype and device");
     }
-    msg.shapes.push_back(in.shape);
     tensors.push_back(TensorArg{in.data, out.data, in.numel});
+    msg.shapes.push_back(std::move(in.shape));
   }
   checkOp(call, op, msg.dtype, prescale, postscale);
   msg.reduceOp = static_cast<ReduceOp>(op);

@@ -18,14 +18,25 @@ constexpr uint64_t kFlagNoShutdown = 1u << 1;  // inverted: cleared by a rank sh
 constexpr uint64_t kFlagNobodyJoined = 1u << 2;  // inverted: cleared by a rank in hora_join
 
 size_t wordsFor(int bits) { return (static_cast<size_t>(bits) + 63) / 64; }
-bool testBit(const std::vector<uint64_t> &w, size_t base, int bit) {
-  return (w[base + static_cast<size_t>(bit) / 64] >> (bit % 64)) & 1u;
-}
 void setBit(std::vector<uint64_t> &w, size_t base, int bit) {
   w[base + static_cast<size_t>(bit) / 64] |= uint64_t{1} << (bit % 64);
 }
 void clearBit(std::vector<uint64_t> &w, size_t base, int bit) {
   w[base + static_cast<size_t>(bit) / 64] &= ~(uint64_t{1} << (bit % 64));
+}
+// fn(bit) for each bit below `bits` of the nwords words at `base` that is set (or clear), in
+// ascending order.
+template <typename Fn>
+void forEachBit(const std::vector<uint64_t> &w, size_t base, size_t nwords, int bits, bool set, Fn &&fn) {
+  for (size_t i = 0; i < nwords; ++i) {
+    uint64_t word = set ? w[base + i] : ~w[base + i];
+    while (word != 0) {
+      const int bit = static_cast<int>(i * 64) + __builtin_ctzll(word);
+      if (bit >= bits) return;
+      fn(bit);
+      word &= word - 1;
+    }
+  }
 }
 
 // "0-2,5,7": ranks in ascending order with runs collapsed.
@@ -248,23 +259,21 @@ Controller::Outcome Controller::negotiate(const PendingMap &pending, bool reques
     out.shutdown = true;
     return out;
   }
+  // Both scans go a word at a time: a cycle usually drops nothing and hits a few slots of many.
   bool dropped = false;
-  for (int slot = 0; slot < capacity; ++slot) {
-    if (!testBit(words, dropBase, slot)) {
-      cache_.erase(slot);
-      dropped = true;
-    }
-  }
+  forEachBit(words, dropBase, nwords, capacity, /*set=*/false, [&](int slot) {
+    cache_.erase(slot);
+    dropped = true;
+  });
   // A joined rank sets no hit bits, so no cached response can be ready while one is joined;
   // everything then goes through the coordinator, which counts joined ranks as present.
   const bool someoneJoined = !(words[0] & kFlagNobodyJoined);
   std::vector<int> hitSlots;
-  for (int slot = 0; slot < capacity; ++slot) {
-    if (testBit(words, hitBase, slot) && cache_.occupied(slot)) {
-      hitSlots.push_back(slot);
-      out.responses.push_back(cache_.response(slot));
-    }
-  }
+  forEachBit(words, hitBase, nwords, capacity, /*set=*/true, [&](int slot) {
+    if (cache_.occupied(slot)) hitSlots.push_back(slot);
+  });
+  out.responses.reserve(hitSlots.size() + unsent.size());
+  for (int slot : hitSlots) out.responses.push_back(cache_.response(slot));
 
   const bool coordinatorRound = !(words[0] & kFlagNothingNew) || dropped || someoneJoined;
   std::vector<Response> fresh;

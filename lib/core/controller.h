@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -18,7 +19,9 @@
 namespace hora {
 
 // Requests of one set that this rank submitted and that have not completed, by name.
-using PendingMap = std::unordered_map<std::string, RequestPtr>;
+// A rank's requests under negotiation, by name: each key views its own request's name (the
+// entry goes before the request does).
+using PendingMap = std::unordered_map<std::string_view, RequestPtr>;
 
 // One negotiation round ("cycle"), collective over the set:
 //  1. every rank classifies its pending requests against the response cache and contributes one

@@ -93,9 +93,9 @@ FlightRecorder::Record *FlightRecorder::slotLocked(uint64_t id) {
   return r.id == id ? &r : nullptr;
 }
 
-uint64_t FlightRecorder::submitted(int32_t set, const RequestMsg &msg, int64_t bytes) {
+uint64_t FlightRecorder::submitted(int32_t set, const RequestMsg &msg, int64_t bytes,
+                                   Clock::time_point now) {
   if (capacity_ == 0) return 0;
-  const Clock::time_point now = Clock::now();
   std::lock_guard<std::mutex> lock(mutex_);
   const uint64_t id = nextId_++;
   Record &r = ring_[(id - 1) % capacity_];
@@ -113,9 +113,8 @@ uint64_t FlightRecorder::submitted(int32_t set, const RequestMsg &msg, int64_t b
   return id;
 }
 
-void FlightRecorder::started(uint64_t id, int64_t seq) {
+void FlightRecorder::started(uint64_t id, int64_t seq, Clock::time_point now) {
   if (capacity_ == 0) return;
-  const Clock::time_point now = Clock::now();
   std::lock_guard<std::mutex> lock(mutex_);
   if (Record *r = slotLocked(id)) {
     r->seq = seq;
@@ -124,9 +123,8 @@ void FlightRecorder::started(uint64_t id, int64_t seq) {
   }
 }
 
-void FlightRecorder::finished(uint64_t id, hora_status_t status) {
+void FlightRecorder::finished(uint64_t id, hora_status_t status, Clock::time_point now) {
   if (capacity_ == 0) return;
-  const Clock::time_point now = Clock::now();
   std::lock_guard<std::mutex> lock(mutex_);
   if (Record *r = slotLocked(id)) {
     r->state = status == HORA_SUCCESS ? State::kDone : State::kFailed;

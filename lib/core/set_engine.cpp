@@ -158,7 +158,10 @@ void SetEngine::loop() {
       const Clock::time_point now = Clock::now();
       for (RequestPtr &r : fresh) r->dequeued = now;
     }
-    for (RequestPtr &r : fresh) pending_.emplace(r->name(), std::move(r));
+    for (RequestPtr &r : fresh) {
+      const std::string_view name = r->name();  // the request's own: the key lives as long
+      pending_.emplace(name, std::move(r));
+    }
     const bool wantShutdown = queue_.shutdownRequested();
     if (pending_.empty() && !wantShutdown) continue;
 
@@ -216,11 +219,12 @@ void SetEngine::execute(const std::vector<Response> &responses) {
     const bool traced = timeline_ != nullptr && timeline_->active();
     const Timeline::Clock::time_point began = traced ? Timeline::Clock::now() : Timeline::Clock::time_point{};
     if (flight_ != nullptr) {
+      const FlightRecorder::Clock::time_point now = FlightRecorder::Clock::now();
       for (size_t i = 0; i < requests.size(); ++i) {
         if (requests[i]->isStandIn()) {
-          requests[i]->flightId = flight_->submitted(id_, members[i]->agreed, requests[i]->bytes());
+          requests[i]->flightId = flight_->submitted(id_, members[i]->agreed, requests[i]->bytes(), now);
         }
-        flight_->started(requests[i]->flightId, seqs[i]);
+        flight_->started(requests[i]->flightId, seqs[i], now);
       }
     }
     Status status;
@@ -256,15 +260,12 @@ void SetEngine::execute(const std::vector<Response> &responses) {
     }
     if (traced) trace(requests, first, began);
     if (flight_ != nullptr) {
-      for (Request *r : requests) flight_->finished(r->flightId, status.code);
+      const FlightRecorder::Clock::time_point now = FlightRecorder::Clock::now();
+      for (Request *r : requests) flight_->finished(r->flightId, status.code, now);
       // HORA_STALL_SHUTDOWN_S failed it on every rank: the moment to look at every rank's past
       if (status.code == HORA_ERR_TIMEOUT) flight_->dump(status.message);
     }
-    std::vector<RequestPtr> settled;
-    for (size_t m : group.members) {
-      if (RequestPtr r = finish(responses[m].agreed.name, status)) settled.push_back(std::move(r));
-    }
-    for (const RequestPtr &r : settled) r->wake();
+    finish(responses, group.members, status);
   }
 }
 
@@ -339,7 +340,7 @@ void SetEngine::submit(RequestPtr request) {
     }
   }
   const uint64_t flightId =
-      flight_ != nullptr ? flight_->submitted(id_, request->msg(), request->bytes()) : 0;
+      flight_ != nullptr ? flight_->submitted(id_, request->msg(), request->bytes(), request->submitted()) : 0;
   request->flightId = flightId;
   try {
     queue_.push(std::move(request));
@@ -349,13 +350,27 @@ void SetEngine::submit(RequestPtr request) {
   }
 }
 
-RequestPtr SetEngine::finish(const std::string &name, const Status &status) {
-  auto it = pending_.find(name);
-  if (it == pending_.end()) return nullptr;  // a stand-in
-  RequestPtr request = std::move(it->second);
-  pending_.erase(it);
-  queue_.release(request->processSet(), name);
-  return request->settle(status) ? request : nullptr;
+void SetEngine::finish(const std::vector<Response> &responses, const std::vector<size_t> &members,
+                       const Status &status) {
+  finished_.clear();
+  finishedNames_.clear();
+  for (size_t m : members) {
+    auto it = pending_.find(responses[m].agreed.name);
+    if (it == pending_.end()) continue;  // a stand-in
+    finished_.push_back(std::move(it->second));
+    pending_.erase(it);
+    finishedNames_.push_back(finished_.back()->name());
+  }
+  queue_.release(finishedNames_);  // one lock for the group, before any caller wakes
+  // Settled first, then woken: a caller woken by the first finds the rest settled and does not
+  // sleep again while the engine is still completing them.
+  for (RequestPtr &r : finished_) {
+    if (!r->settle(status)) r.reset();
+  }
+  for (const RequestPtr &r : finished_) {
+    if (r) r->wake();
+  }
+  finished_.clear();
 }
 
 void SetEngine::stop(const Status &why) {

@@ -80,8 +80,9 @@ class SetEngine {
   void execute(const std::vector<Response> &responses);
   void trace(const std::vector<Request *> &requests, const Response &first,
              Timeline::Clock::time_point began);
-  // Settles the pending request of that name (none for a stand-in) and returns it, to be woken.
-  RequestPtr finish(const std::string &name, const Status &status);
+  // Completes the pending requests of a fused group's members (a stand-in has none) with `status`.
+  void finish(const std::vector<Response> &responses, const std::vector<size_t> &members,
+              const Status &status);
   void stop(const Status &why);
 
   const int32_t id_;
@@ -110,6 +111,8 @@ class SetEngine {
   void executeOnDevice(const std::vector<Request *> &requests,
                        const std::vector<const Response *> &members);
   PendingMap pending_;
+  std::vector<RequestPtr> finished_;  // finish()'s, kept for their capacity
+  std::vector<std::string_view> finishedNames_;
 };
 
 }  // namespace hora

@@ -12,8 +12,7 @@ void TensorQueue::push(RequestPtr request) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (closed_) throw Error(closedStatus_.code, closedStatus_.message, __FILE__, __LINE__);
-    auto key = std::make_pair(request->processSet(), request->name());
-    if (!inFlight_.insert(key).second) {
+    if (!inFlight_.insert(std::string_view(request->name())).second) {
       HORA_THROW(HORA_ERR_DUPLICATE_NAME, opTypeName(request->msg().op), " '", request->name(),
                  "': a request of that name is already in flight on this rank (process set ",
                  request->processSet(), "); wait for it before submitting the name again");
@@ -85,9 +84,9 @@ std::vector<RequestPtr> TensorQueue::waitAndPop(bool busy,
   return out;
 }
 
-void TensorQueue::release(int32_t processSet, const std::string &name) {
+void TensorQueue::release(const std::vector<std::string_view> &names) {
   std::lock_guard<std::mutex> lock(mutex_);
-  inFlight_.erase(std::make_pair(processSet, name));
+  for (std::string_view name : names) inFlight_.erase(name);
 }
 
 std::vector<RequestPtr> TensorQueue::close(Status status) {

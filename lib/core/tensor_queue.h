@@ -6,8 +6,9 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
-#include <set>
 #include <string>
+#include <string_view>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -43,9 +44,9 @@ class TensorQueue {
                                      std::chrono::nanoseconds batchWindow);
   bool shutdownRequested() const;
 
-  // Engine thread: the name is free again (call before completing the request, so a caller woken
-  // by the completion can reuse the name at once).
-  void release(int32_t processSet, const std::string &name);
+  // Engine thread: the names are free again (call before completing the requests, so a caller
+  // woken by a completion can reuse its name at once).
+  void release(const std::vector<std::string_view> &names);
   // Engine thread, when stopping: refuse further pushes with `status`, return what was queued.
   std::vector<RequestPtr> close(Status status);
 
@@ -57,7 +58,10 @@ class TensorQueue {
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<RequestPtr> queue_;
-  std::set<std::pair<int32_t, std::string>> inFlight_;
+  // The names of the requests in queue_ or being negotiated and run: views of each request's own
+  // name, which outlives its entry (the engine releases the name before it lets go of the
+  // request; close() clears them all). One set per queue, and a queue per process set.
+  std::unordered_set<std::string_view> inFlight_;
   bool flush_ = false;
   bool shutdown_ = false;
   bool closed_ = false;

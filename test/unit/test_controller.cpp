@@ -26,7 +26,8 @@ RequestMsg msg(const std::string &name, Shape shape, OpType op = OpType::kAllred
 }
 
 void add(PendingMap &pending, const RequestMsg &m) {
-  pending[m.name] = std::make_shared<Request>(m, 0, std::vector<TensorArg>{});
+  auto request = std::make_shared<Request>(m, 0, std::vector<TensorArg>{});
+  pending[request->name()] = request;  // the key views the request's own name
 }
 
 // One cycle as the engine runs it: negotiate, then retire what was answered.

@@ -32,11 +32,12 @@ TEST(TensorQueue, DuplicateNameInFlightIsRefusedUntilReleased) {
     EXPECT_EQ(e.status(), HORA_ERR_DUPLICATE_NAME);
     EXPECT_NE(e.message().find("'a'"), std::string::npos);
   }
-  q.push(req("a", 3));  // same name in another process set is a different request
+  q.push(req("b"));
   auto got = q.waitAndPop(false, steady_clock::now(), nanoseconds(0));
   EXPECT_EQ(got.size(), 2u);
   EXPECT_THROW(q.push(req("a")), Error);  // popped but still in flight
-  q.release(0, "a");
+  q.release({"a"});
+  EXPECT_THROW(q.push(req("b")), Error);  // only the released name is free
   EXPECT_NO_THROW(q.push(req("a")));
 }
 
