@@ -273,7 +273,7 @@ Controller::Outcome Controller::negotiate(const PendingMap &pending, bool reques
     if (cache_.occupied(slot)) hitSlots.push_back(slot);
   });
   out.responses.reserve(hitSlots.size() + unsent.size());
-  for (int slot : hitSlots) out.responses.push_back(cache_.response(slot));
+  for (int slot : hitSlots) out.responses.push_back(cache_.shared(slot));
 
   const bool coordinatorRound = !(words[0] & kFlagNothingNew) || dropped || someoneJoined;
   std::vector<Response> fresh;
@@ -300,22 +300,26 @@ Controller::Outcome Controller::negotiate(const PendingMap &pending, bool reques
   // Same updates in the same order on every rank keeps the caches (and slot numbers) identical.
   for (int slot : hitSlots) cache_.touch(slot);
   const int me = plane_.rank();
-  for (const Response &resp : fresh) {
-    auto it = pending.find(resp.agreed.name);
+  for (Response &answer : fresh) {
+    auto resp = std::make_shared<const Response>(std::move(answer));
+    out.responses.push_back(resp);
+    auto it = pending.find(resp->agreed.name);
     // A stalled name failed by the coordinator reaches every rank, so that each keeps the same
     // sequence of operations; the ranks that never submitted it only count it.
-    if (it == pending.end() && resp.status == HORA_ERR_TIMEOUT) continue;
+    if (it == pending.end() && resp->status == HORA_ERR_TIMEOUT) continue;
     if (it == pending.end()) {
-      HORA_ENFORCE(std::find(resp.joined.begin(), resp.joined.end(), me) != resp.joined.end(),
-                   "coordinator answered '", resp.agreed.name,
+      HORA_ENFORCE(std::find(resp->joined.begin(), resp->joined.end(), me) != resp->joined.end(),
+                   "coordinator answered '", resp->agreed.name,
                    "', which this rank has not submitted");
       continue;  // joined: takes part with zeros; such responses are never cached
     }
-    if (cacheable(resp)) cache_.put(resp, it->second->msg());
+    if (cacheable(*resp)) cache_.put(resp, it->second->msg());
   }
-  for (Response &resp : fresh) out.responses.push_back(std::move(resp));
-  for (const Response &resp : out.responses) {
-    if (resp.ok()) lastCompleted_ = resp.agreed.name;
+  for (auto r = out.responses.rbegin(); r != out.responses.rend(); ++r) {
+    if ((*r)->ok()) {
+      lastCompleted_ = (*r)->agreed.name;
+      break;
+    }
   }
   return out;
 }

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -52,7 +53,8 @@ class Controller {
   Controller(ControlPlane &plane, int cacheCapacity, StallPolicy stall = {});
 
   struct Outcome {
-    std::vector<Response> responses;
+    // Shared with the response cache (a hit is not copied); in the order every rank runs them.
+    std::vector<std::shared_ptr<const Response>> responses;
     bool shutdown = false;       // some rank asked to shut down: stop without executing
     int coordinatorRounds = 0;   // 0 or 1: whether this cycle needed the coordinator
   };

@@ -91,6 +91,7 @@ std::shared_ptr<Engine> Engine::start(const Knobs &knobs) {
   for (int r = 0; r < engine->topology_.size; ++r) info.ranks.push_back(r);
   info.rank = engine->topology_.rank;
   info.engine = std::move(world);
+  engine->world_ = info.engine;
   {
     std::lock_guard<std::mutex> lock(engine->setsMutex_);
     engine->sets_[0] = std::move(info);
@@ -124,18 +125,13 @@ Timeline &Engine::timeline() {
   return *timeline_;
 }
 
-std::shared_ptr<SetEngine> Engine::world() const {
-  std::lock_guard<std::mutex> lock(setsMutex_);
-  auto it = sets_.find(0);
-  return it == sets_.end() ? nullptr : it->second.engine;
-}
-
-bool Engine::running() const {
-  std::shared_ptr<SetEngine> w = world();
-  return w && w->running();
-}
+bool Engine::running() const { return world_ && world_->running(); }
 
 void Engine::submit(RequestPtr request) {
+  if (request->processSet() == 0) {
+    world_->submit(std::move(request));
+    return;
+  }
   std::shared_ptr<SetEngine> target;
   {
     std::lock_guard<std::mutex> lock(setsMutex_);
@@ -155,6 +151,10 @@ void Engine::submit(RequestPtr request) {
 }
 
 void Engine::flush(int32_t id) {
+  if (id == 0) {
+    world_->flush();
+    return;
+  }
   std::shared_ptr<SetEngine> target;
   {
     std::lock_guard<std::mutex> lock(setsMutex_);
@@ -201,12 +201,14 @@ bool Engine::stopAll(const std::chrono::milliseconds *limit) {
 }
 
 int Engine::processSetSize(int32_t id) const {
+  if (id == 0) return topology_.size;
   std::lock_guard<std::mutex> lock(setsMutex_);
   auto it = sets_.find(id);
   return it == sets_.end() ? -1 : static_cast<int>(it->second.ranks.size());
 }
 
 int Engine::processSetRank(int32_t id) const {
+  if (id == 0) return topology_.rank;
   std::lock_guard<std::mutex> lock(setsMutex_);
   auto it = sets_.find(id);
   return it == sets_.end() ? -1 : it->second.rank;

@@ -52,7 +52,6 @@ class Engine final : private SetOpHandler {
   explicit Engine(const Knobs &knobs);
   void runSetOp(Request *request, const Response &response) override;
   void worldStopped() override;
-  std::shared_ptr<SetEngine> world() const;
   // Asks every set to stop (sets, then the world) and waits for each, bounded by `limit` if set.
   bool stopAll(const std::chrono::milliseconds *limit);
 
@@ -79,6 +78,9 @@ class Engine final : private SetOpHandler {
   mutable std::mutex setsMutex_;
   std::map<int32_t, SetInfo> sets_;
   int32_t nextId_ = 1;
+  // Set 0's engine, as in sets_ (which never drops it): fixed once start() returns, so that the
+  // common case, a world op, is routed without the lock.
+  std::shared_ptr<SetEngine> world_;
 };
 
 }  // namespace hora

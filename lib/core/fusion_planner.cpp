@@ -44,14 +44,21 @@ int64_t responseBytes(const Response &response) {
 }
 
 std::vector<FusionGroup> planFusion(const std::vector<Response> &responses, int64_t threshold) {
+  std::vector<const Response *> all;
+  all.reserve(responses.size());
+  for (const Response &r : responses) all.push_back(&r);
+  return planFusion(all, threshold);
+}
+
+std::vector<FusionGroup> planFusion(const std::vector<const Response *> &responses, int64_t threshold) {
   std::vector<FusionGroup> groups;
   std::vector<size_t> open;  // indices into groups that may still take members
   for (size_t i = 0; i < responses.size(); ++i) {
-    const Response &r = responses[i];
+    const Response &r = *responses[i];
     const int64_t bytes = responseBytes(r);
     if (fusible(r) && bytes < threshold) {
       auto fit = std::find_if(open.begin(), open.end(), [&](size_t g) {
-        const Response &first = responses[groups[g].members.front()];
+        const Response &first = *responses[groups[g].members.front()];
         return compatible(first, r) && groups[g].bytes + bytes <= threshold;
       });
       if (fit != open.end()) {

@@ -21,6 +21,7 @@ struct FusionGroup {
 // response over the threshold runs alone, as does every other op and every failed response; a
 // grouped allreduce is never split. Groups come out ordered by their first member, so every rank, given the same
 // list, runs the same groups in the same order.
+std::vector<FusionGroup> planFusion(const std::vector<const Response *> &responses, int64_t threshold);
 std::vector<FusionGroup> planFusion(const std::vector<Response> &responses, int64_t threshold);
 
 // Payload bytes of a response (all tensors in its dtype; allgather: the gathered output).

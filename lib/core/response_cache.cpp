@@ -20,6 +20,11 @@ ResponseCache::Lookup ResponseCache::lookup(const RequestMsg &mine, int *slot) c
 
 const Response &ResponseCache::response(int slot) const {
   HORA_ENFORCE(occupied(slot), "cache slot ", slot, " is empty");
+  return *slots_[static_cast<size_t>(slot)].response;
+}
+
+const std::shared_ptr<const Response> &ResponseCache::shared(int slot) const {
+  HORA_ENFORCE(occupied(slot), "cache slot ", slot, " is empty");
   return slots_[static_cast<size_t>(slot)].response;
 }
 
@@ -27,20 +32,20 @@ bool ResponseCache::occupied(int slot) const {
   return slot >= 0 && slot < capacity_ && slots_[static_cast<size_t>(slot)].used;
 }
 
-int ResponseCache::put(const Response &response, const RequestMsg &mine) {
-  if (capacity_ == 0 || !response.ok()) return -1;
-  auto it = byName_.find(response.agreed.name);
+int ResponseCache::put(std::shared_ptr<const Response> response, const RequestMsg &mine) {
+  if (capacity_ == 0 || !response->ok()) return -1;
+  auto it = byName_.find(response->agreed.name);
   if (it != byName_.end()) erase(it->second);
   if (free_.empty()) erase(lru_.back());
   const int slot = free_.back();
   free_.pop_back();
   Entry &e = slots_[static_cast<size_t>(slot)];
   e.used = true;
-  e.response = response;
   e.mine = mine;
   lru_.push_front(slot);
   e.lru = lru_.begin();
-  byName_[response.agreed.name] = slot;
+  byName_[response->agreed.name] = slot;
+  e.response = std::move(response);
   return slot;
 }
 
@@ -53,7 +58,7 @@ void ResponseCache::touch(int slot) {
 void ResponseCache::erase(int slot) {
   if (!occupied(slot)) return;
   Entry &e = slots_[static_cast<size_t>(slot)];
-  byName_.erase(e.response.agreed.name);
+  byName_.erase(e.response->agreed.name);
   lru_.erase(e.lru);
   e = Entry{};
   free_.push_back(slot);

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <list>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -28,19 +29,24 @@ class ResponseCache {
   // (shape, dtype, ...), so the entry must be dropped on every rank. *slot set unless kMiss.
   Lookup lookup(const RequestMsg &mine, int *slot) const;
   const Response &response(int slot) const;
+  // The same response, shared: what a cycle hands the executor without copying it.
+  const std::shared_ptr<const Response> &shared(int slot) const;
   bool occupied(int slot) const;
 
   // Inserts (or replaces) the entry for response.agreed.name, evicting the least recently used
   // entry when full, and marks it most recently used. No-op when capacity is 0 or the response is
   // an error. Returns the slot, or -1.
-  int put(const Response &response, const RequestMsg &mine);
+  int put(std::shared_ptr<const Response> response, const RequestMsg &mine);
+  int put(const Response &response, const RequestMsg &mine) {
+    return put(std::make_shared<const Response>(response), mine);
+  }
   void touch(int slot);
   void erase(int slot);
 
  private:
   struct Entry {
     bool used = false;
-    Response response;
+    std::shared_ptr<const Response> response;
     RequestMsg mine;
     std::list<int>::iterator lru;
   };

@@ -174,7 +174,9 @@ void SetEngine::loop() {
                              "op finished"});
       return;
     }
-    execute(outcome.responses);
+    order_.clear();
+    for (const auto &r : outcome.responses) order_.push_back(r.get());
+    execute(order_);
     if (!outcome.responses.empty() || !fresh.empty()) {
       idleBackoff = std::chrono::microseconds{0};
     } else {
@@ -184,34 +186,35 @@ void SetEngine::loop() {
   }
 }
 
-void SetEngine::execute(const std::vector<Response> &responses) {
+void SetEngine::execute(const std::vector<const Response *> &responses) {
   std::vector<RequestPtr> standIns;  // this rank has joined: it takes part without data
   for (const FusionGroup &group : planFusion(responses, knobs_.fusionThreshold)) {
-    const Response &first = responses[group.members.front()];
+    const Response &first = *responses[group.members.front()];
     std::vector<Request *> requests;
     std::vector<const Response *> members;
     std::vector<int64_t> seqs;  // each member's place in the set's sequence of operations
     requests.reserve(group.members.size());
     for (size_t m : group.members) {
       const int64_t seq = ++opSeq_;
-      auto it = pending_.find(responses[m].agreed.name);
-      if (it == pending_.end() && responses[m].status == HORA_ERR_TIMEOUT) {
+      const Response &response = *responses[m];
+      auto it = pending_.find(response.agreed.name);
+      if (it == pending_.end() && response.status == HORA_ERR_TIMEOUT) {
         // HORA_STALL_SHUTDOWN_S failed a name this rank never submitted: nothing to run here,
         // but the moment to keep this rank's past too
         if (flight_ != nullptr) {
-          flight_->absent(id_, responses[m].agreed, seq);
-          flight_->dump(responses[m].error);
+          flight_->absent(id_, response.agreed, seq);
+          flight_->dump(response.error);
         }
         continue;
       }
-      members.push_back(&responses[m]);
+      members.push_back(&response);
       seqs.push_back(seq);
       if (it != pending_.end()) {
         requests.push_back(it->second.get());
       } else {
-        HORA_ENFORCE(std::count(responses[m].joined.begin(), responses[m].joined.end(), rank_) == 1,
-                     "no pending request for '", responses[m].agreed.name, "'");
-        standIns.push_back(Request::standIn(responses[m], id_));
+        HORA_ENFORCE(std::count(response.joined.begin(), response.joined.end(), rank_) == 1,
+                     "no pending request for '", response.agreed.name, "'");
+        standIns.push_back(Request::standIn(response, id_));
         requests.push_back(standIns.back().get());
       }
     }
@@ -350,12 +353,12 @@ void SetEngine::submit(RequestPtr request) {
   }
 }
 
-void SetEngine::finish(const std::vector<Response> &responses, const std::vector<size_t> &members,
+void SetEngine::finish(const std::vector<const Response *> &responses, const std::vector<size_t> &members,
                        const Status &status) {
   finished_.clear();
   finishedNames_.clear();
   for (size_t m : members) {
-    auto it = pending_.find(responses[m].agreed.name);
+    auto it = pending_.find(responses[m]->agreed.name);
     if (it == pending_.end()) continue;  // a stand-in
     finished_.push_back(std::move(it->second));
     pending_.erase(it);

@@ -77,11 +77,11 @@ class SetEngine {
   SetEngine(int32_t id, const Knobs &knobs, SetOpHandler *handler);
   void threadMain(const std::function<Parts()> &setup, std::promise<Status> *started);
   void loop();
-  void execute(const std::vector<Response> &responses);
+  void execute(const std::vector<const Response *> &responses);
   void trace(const std::vector<Request *> &requests, const Response &first,
              Timeline::Clock::time_point began);
   // Completes the pending requests of a fused group's members (a stand-in has none) with `status`.
-  void finish(const std::vector<Response> &responses, const std::vector<size_t> &members,
+  void finish(const std::vector<const Response *> &responses, const std::vector<size_t> &members,
               const Status &status);
   void stop(const Status &why);
 
@@ -111,6 +111,7 @@ class SetEngine {
   void executeOnDevice(const std::vector<Request *> &requests,
                        const std::vector<const Response *> &members);
   PendingMap pending_;
+  std::vector<const Response *> order_;  // a cycle's responses, in order (loop()'s)
   std::vector<RequestPtr> finished_;  // finish()'s, kept for their capacity
   std::vector<std::string_view> finishedNames_;
 };

@@ -33,13 +33,13 @@ void add(PendingMap &pending, const RequestMsg &m) {
 // One cycle as the engine runs it: negotiate, then retire what was answered.
 Controller::Outcome cycle(Controller &c, PendingMap &pending, bool shutdown = false) {
   Controller::Outcome out = c.negotiate(pending, shutdown);
-  for (const Response &r : out.responses) pending.erase(r.agreed.name);
+  for (const auto &r : out.responses) pending.erase(r->agreed.name);
   return out;
 }
 
 std::vector<std::string> names(const Controller::Outcome &o) {
   std::vector<std::string> out;
-  for (const Response &r : o.responses) out.push_back(r.agreed.name);
+  for (const auto &r : o.responses) out.push_back(r->agreed.name);
   return out;
 }
 
@@ -61,7 +61,7 @@ TEST(Controller, ShuffledSubmissionGivesOneOrderEverywhereAndTheCacheTakesOver) 
       for (int i : ids) add(pending, msg("t" + std::to_string(i), {i + 1}));
       auto out = cycle(c, pending);
       EXPECT_TRUE(pending.empty()) << "rank " << rank << " step " << step;
-      for (const Response &r : out.responses) EXPECT_TRUE(r.ok()) << r.error;
+      for (const auto &r : out.responses) EXPECT_TRUE(r->ok()) << r->error;
       if (step == 0) order[static_cast<size_t>(rank)] = names(out);
       else {
         secondStep[static_cast<size_t>(rank)] = names(out);
@@ -105,12 +105,12 @@ TEST(Controller, MismatchFailsOnEveryRankWithWhoSentWhat) {
     add(pending, msg("layer3.weight", {1024, rank == 1 ? 17 : 16}));
     auto out = cycle(c, pending);
     ASSERT_EQ(out.responses.size(), 1u);
-    got[static_cast<size_t>(rank)] = out.responses[0];
+    got[static_cast<size_t>(rank)] = *out.responses[0];
     // The runtime stays usable: the next op goes through.
     add(pending, msg("next", {3}));
     auto after = cycle(c, pending);
     ASSERT_EQ(after.responses.size(), 1u);
-    EXPECT_TRUE(after.responses[0].ok());
+    EXPECT_TRUE(after.responses[0]->ok());
   });
   for (const Response &r : got) {
     EXPECT_EQ(r.status, HORA_ERR_MISMATCH);
@@ -133,14 +133,14 @@ TEST(Controller, AChangedRequestDropsTheCacheEntryOnEveryRank) {
     add(pending, msg("w", {8}));
     auto out = cycle(c, pending);
     ASSERT_EQ(out.responses.size(), 1u);
-    EXPECT_TRUE(out.responses[0].ok());
-    EXPECT_EQ(out.responses[0].agreed.shapes[0], (Shape{8}));
+    EXPECT_TRUE(out.responses[0]->ok());
+    EXPECT_EQ(out.responses[0]->agreed.shapes[0], (Shape{8}));
     EXPECT_EQ(out.coordinatorRounds, 1);
     // Only rank 2 changes: that is a mismatch, not a stale cache hit on ranks 0 and 1.
     add(pending, msg("w", {rank == 2 ? 9 : 8}));
     out = cycle(c, pending);
     ASSERT_EQ(out.responses.size(), 1u);
-    EXPECT_EQ(out.responses[0].status, HORA_ERR_MISMATCH);
+    EXPECT_EQ(out.responses[0]->status, HORA_ERR_MISMATCH);
   });
 }
 
@@ -218,7 +218,8 @@ TEST(Controller, JoinedRanksTakePartUntilEveryRankHasJoined) {
         joined = true;
       }
       auto out = cycle(c, pending);
-      for (const Response &r : out.responses) {
+      for (const auto &p : out.responses) {
+        const Response &r = *p;
         seen[static_cast<size_t>(rank)].push_back(r.agreed.name);
         if (r.agreed.op == OpType::kJoin) lastJoined[static_cast<size_t>(rank)] = r.firstDims.at(0);
         if (r.agreed.name == "warm") {

@@ -63,7 +63,7 @@ TEST(FusionPlanner, FirstFitKeepsListOrderWithinGroups) {
 }
 
 TEST(FusionPlanner, EmptyListAndZeroSizedTensors) {
-  EXPECT_TRUE(planFusion({}, 100).empty());
+  EXPECT_TRUE(planFusion(std::vector<Response>{}, 100).empty());
   std::vector<Response> rs = {allreduce("z", 0), allreduce("y", 0)};
   EXPECT_EQ(members(planFusion(rs, 100)), (Groups{{0, 1}}));
 }

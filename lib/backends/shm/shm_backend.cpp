@@ -546,8 +546,11 @@ class ShmBackend final : public Backend {
     barrier_->publish(kCopied, w + 1);
   }
 
-  // Small ops: stage, one barrier, every rank reduces every slot in rank order. The staging
-  // halves alternate by eager op, so the next eager op's barrier is what makes reuse safe.
+  // Small ops: stage, one barrier, then every rank reduces the whole vector from the staged
+  // copies, in rank order so that every rank computes the same bits: one wait per op, where the
+  // pipeline's hand-offs between ranks cost two. The staging halves alternate by eager op, so the
+  // next eager op's barrier is what makes reuse safe. Reduced straight into the output tensors,
+  // an L1-sized piece at a time (float16/bfloat16: through the float32 accumulator).
   void eager(const Op &o) {
     const int64_t bytes = o.total * static_cast<int64_t>(o.esize);
     const uint64_t parity = eagerOps_++ & 1;
@@ -562,16 +565,23 @@ class ShmBackend final : public Backend {
       }
       tmp_.resize(static_cast<size_t>(bytes));
       narrowFromFloat(acc_.data(), tmp_.data(), o.total, o.dtype, o.post);
-    } else {
-      tmp_.resize(static_cast<size_t>(bytes));
-      std::memcpy(tmp_.data(), eagerHalf(0, parity), static_cast<size_t>(bytes));
-      scaleInPlace(tmp_.data(), o.total, o.dtype, o.pre);
-      for (int r = 1; r < size_; ++r) {
-        reduceScaledInto(tmp_.data(), eagerHalf(r, parity), o.total, o.dtype, o.op, o.pre);
-      }
-      scaleInPlace(tmp_.data(), o.total, o.dtype, o.post);
+      table_.scatterOut(0, o.total, o.esize, tmp_.data());
+      return;
     }
-    table_.scatterOut(0, o.total, o.esize, tmp_.data());
+    const int64_t sub = kSubBytes / static_cast<int64_t>(o.esize);
+    table_.forEach(0, o.total, o.esize, [&](const char *, char *out, int64_t at, int64_t c) {
+      for (int64_t s = 0; s < c; s += sub) {
+        const int64_t m = std::min(sub, c - s);
+        const size_t from = static_cast<size_t>(at + s) * o.esize;  // in the staged vectors
+        char *piece = out + static_cast<size_t>(s) * o.esize;
+        copyBytes(piece, eagerHalf(0, parity) + from, static_cast<size_t>(m) * o.esize);
+        scaleInPlace(piece, m, o.dtype, o.pre);
+        for (int r = 1; r < size_; ++r) {
+          reduceScaledInto(piece, eagerHalf(r, parity) + from, m, o.dtype, o.op, o.pre);
+        }
+        scaleInPlace(piece, m, o.dtype, o.post);
+      }
+    });
   }
 
   std::unique_ptr<Backend> inner_;
