@@ -193,6 +193,7 @@ void SetEngine::execute(const std::vector<const Response *> &responses) {
     std::vector<Request *> requests;
     std::vector<const Response *> members;
     std::vector<int64_t> seqs;  // each member's place in the set's sequence of operations
+    std::vector<PendingMap::iterator> owned;  // this rank's own requests among them, to finish
     requests.reserve(group.members.size());
     for (size_t m : group.members) {
       const int64_t seq = ++opSeq_;
@@ -211,6 +212,7 @@ void SetEngine::execute(const std::vector<const Response *> &responses) {
       seqs.push_back(seq);
       if (it != pending_.end()) {
         requests.push_back(it->second.get());
+        owned.push_back(it);
       } else {
         HORA_ENFORCE(std::count(response.joined.begin(), response.joined.end(), rank_) == 1,
                      "no pending request for '", response.agreed.name, "'");
@@ -268,7 +270,7 @@ void SetEngine::execute(const std::vector<const Response *> &responses) {
       // HORA_STALL_SHUTDOWN_S failed it on every rank: the moment to look at every rank's past
       if (status.code == HORA_ERR_TIMEOUT) flight_->dump(status.message);
     }
-    finish(responses, group.members, status);
+    finish(owned, status);
   }
 }
 
@@ -353,13 +355,10 @@ void SetEngine::submit(RequestPtr request) {
   }
 }
 
-void SetEngine::finish(const std::vector<const Response *> &responses, const std::vector<size_t> &members,
-                       const Status &status) {
+void SetEngine::finish(const std::vector<PendingMap::iterator> &owned, const Status &status) {
   finished_.clear();
   finishedNames_.clear();
-  for (size_t m : members) {
-    auto it = pending_.find(responses[m]->agreed.name);
-    if (it == pending_.end()) continue;  // a stand-in
+  for (PendingMap::iterator it : owned) {
     finished_.push_back(std::move(it->second));
     pending_.erase(it);
     finishedNames_.push_back(finished_.back()->name());

@@ -80,9 +80,9 @@ class SetEngine {
   void execute(const std::vector<const Response *> &responses);
   void trace(const std::vector<Request *> &requests, const Response &first,
              Timeline::Clock::time_point began);
-  // Completes the pending requests of a fused group's members (a stand-in has none) with `status`.
-  void finish(const std::vector<const Response *> &responses, const std::vector<size_t> &members,
-              const Status &status);
+  // Completes these pending requests (a fused group's, found by execute()) with `status`, and
+  // drops them from pending_: the other entries' iterators stay valid.
+  void finish(const std::vector<PendingMap::iterator> &owned, const Status &status);
   void stop(const Status &why);
 
   const int32_t id_;

@@ -608,7 +608,7 @@ class ShmBackend final : public Backend {
   uint64_t eagerOps_ = 0;   // eager operations run: picks the staging half
   uint64_t andOps_ = 0;     // negotiation ANDs run: picks the bit-vector half
   SpanTable table_;
-  std::vector<char> tmp_;   // the eager result
+  std::vector<char> tmp_;   // the eager float16/bfloat16 result, before it is scattered
   std::vector<float> acc_;  // float32 accumulator for float16/bfloat16
   // Single copy: the peers' tables of this op, a peer's chunk and (float16/bfloat16) this rank's,
   // and the two sides of a process_vm_readv.
