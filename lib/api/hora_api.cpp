@@ -591,7 +591,7 @@ hora_status_t hora_wait(hora_request_t request) {
   return guarded([&] {
     hora_request *r = checkHandle(request, "hora_wait");
     if (!r->impl->done()) {
-      if (std::shared_ptr<Engine> engine = currentEngine()) engine->flush(r->impl->processSet());
+      if (std::shared_ptr<Engine> engine = currentEngine()) engine->drive(*r->impl);
     }
     Status status = r->impl->wait();
     if (!status.ok()) throw Error(status.code, status.message, __FILE__, __LINE__);

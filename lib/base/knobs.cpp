@@ -111,6 +111,14 @@ const std::vector<KnobSpec> kTable = {
        return parseChoice(t, {"auto", "on", "off"}, &k.shmStream, why);
      },
      [](const Knobs &k) { return k.shmStream; }},
+    {"HORA_CALLER_CYCLES", "auto",
+     "auto: a thread that waits for an op (hora_wait) while the engine thread of the op's set is "
+     "idle runs the set's cycles itself, sparing two thread hand-offs (sets on one host, CPU "
+     "tensors); off: the engine thread always runs them",
+     [](const std::string &t, Knobs &k, std::string *why) {
+       return parseChoice(t, {"auto", "off"}, &k.callerCycles, why);
+     },
+     [](const Knobs &k) { return k.callerCycles; }},
     {"HORA_THREAD_AFFINITY", "auto",
      "CPU of the engine threads: auto (spread local ranks over the CPUs when the launcher did "
      "not bind), off, or one CPU per local rank such as 0,8",

@@ -28,8 +28,8 @@ class PeerBell {
 };
 
 // One backend instance serves one process set. Every call is collective over the set and is made
-// by the engine thread only, after negotiation has established that every rank makes the same
-// call; counts are 64-bit and the backend splits them if its transport cannot.
+// in the set's cycles only (one thread at a time: SetEngine's cycle lock), after negotiation has
+// established that every rank makes the same call; counts are 64-bit and the backend splits them if its transport cannot.
 class Backend {
  public:
   virtual ~Backend() = default;

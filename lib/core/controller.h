@@ -33,7 +33,7 @@ using PendingMap = std::unordered_map<std::string_view, RequestPtr>;
 //     send those to rank 0 (the coordinator), which matches them by name across ranks, checks
 //     agreement, and broadcasts the responses of the names now submitted everywhere.
 // The result is the same list on every rank: cached responses in slot order, then new ones.
-// Engine thread only.
+// The set's cycles only (one thread at a time: SetEngine's cycle lock).
 // Stalls (rank 0, the coordinator, sees them): a name that some ranks submitted and others did
 // not is reported after `warningS` (HORA_STALL_WARNING_S), again every `warningS`, and at once
 // after a SIGUSR1 (stallReportRequests() changes); one log line and one JSON line per name. With

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 
 #include "backends/registry.h"
 #include "core/affinity.h"
@@ -45,6 +46,12 @@ void installStallSignal() {
   });
 }
 
+// Whether a set's cycles write to no socket: MPI's control plane and MPI's backend (Gloo's and the
+// TCP store's sockets are the others).
+bool socketFree(const Bootstrap &bootstrap, const Backend &backend) {
+  return std::strcmp(bootstrap.launcher(), "mpi") == 0 && std::strncmp(backend.name(), "mpi", 3) == 0;
+}
+
 }  // namespace
 
 std::shared_ptr<Engine> Engine::start(const Knobs &knobs) {
@@ -60,6 +67,7 @@ std::shared_ptr<Engine> Engine::start(const Knobs &knobs) {
     SetEngine::Parts parts;
     parts.group = e->bootstrap_->worldGroup();
     parts.backend = createCpuBackend(e->knobs_, *e->bootstrap_, *parts.group);
+    parts.socketFree = socketFree(*e->bootstrap_, *parts.backend);
     e->engineCpu_ = engineCpuForThisProcess(e->knobs_.threadAffinity, e->topology_.localRank,
                                             e->topology_.localSize);
     parts.cpu = e->engineCpu_;
@@ -148,6 +156,21 @@ void Engine::submit(RequestPtr request) {
     target = it->second.engine;
   }
   target->submit(std::move(request));
+}
+
+void Engine::drive(const Request &request) {
+  const int32_t id = request.processSet();
+  if (id == 0) {
+    world_->drive(request);
+    return;
+  }
+  std::shared_ptr<SetEngine> target;
+  {
+    std::lock_guard<std::mutex> lock(setsMutex_);
+    auto it = sets_.find(id);
+    if (it != sets_.end()) target = it->second.engine;
+  }
+  if (target) target->drive(request);
 }
 
 void Engine::flush(int32_t id) {
@@ -247,6 +270,7 @@ void Engine::runSetOp(Request *request, const Response &response) {
         SetEngine::Parts parts;
         parts.group.reset(g);
         parts.backend = createCpuBackend(knobs_, *bootstrap_, *parts.group);
+        parts.socketFree = socketFree(*bootstrap_, *parts.backend);
         parts.cpu = engineCpu_;  // every engine of a rank on its one CPU
         parts.localRank = topology_.localRank;
         parts.timeline = timeline_.get();

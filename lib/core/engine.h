@@ -28,6 +28,8 @@ class Engine final : private SetOpHandler {
   void submit(RequestPtr request);
   // Any thread: a caller is about to block on a result of set `id`.
   void flush(int32_t id);
+  // Any thread: a caller is about to block on `request` (SetEngine::drive on its set).
+  void drive(const Request &request);
   // Any thread: collective stop of every set, then of the world. Idempotent.
   void shutdown();
   // The same, for process exit: gives up after `limit` (a peer may be gone) and returns false.
@@ -64,7 +66,7 @@ class Engine final : private SetOpHandler {
   const char *backendName_ = "";
   int engineCpu_ = -1;  // HORA_THREAD_AFFINITY's choice for this rank, -1 for none
   std::string rendezvousPoint_;
-  // Created on the world thread; createGroup is only called there.
+  // Created on the world thread; createGroup is only called in the world set's cycles.
   std::unique_ptr<Bootstrap> bootstrap_;
   Group *worldGroup_ = nullptr;  // owned by the world SetEngine
 

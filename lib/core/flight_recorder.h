@@ -43,13 +43,13 @@ class FlightRecorder {
   uint64_t submitted(int32_t set, const RequestMsg &msg, int64_t bytes) {
     return submitted(set, msg, bytes, Clock::now());
   }
-  // The set's engine thread: negotiated as the set's `seq`-th operation (the same on every
+  // The set's cycles: negotiated as the set's `seq`-th operation (the same on every
   // member), running from `at` (one clock reading for a fused group's members).
   void started(uint64_t id, int64_t seq, Clock::time_point at);
   void started(uint64_t id, int64_t seq) { started(id, seq, Clock::now()); }
   void finished(uint64_t id, hora_status_t status, Clock::time_point at);
   void finished(uint64_t id, hora_status_t status) { finished(id, status, Clock::now()); }
-  // The set's engine thread: the set's `seq`-th operation is one this rank never submitted
+  // The set's cycles: the set's `seq`-th operation is one this rank never submitted
   // (HORA_STALL_SHUTDOWN_S failed it on the ranks that did).
   void absent(int32_t set, const RequestMsg &msg, int64_t seq);
 

@@ -9,7 +9,7 @@ namespace hora {
 // Allocated once and grown when a larger fused response needs it, never per call: a fresh
 // message-sized allocation above glibc's mmap threshold is mapped anew each time and every first
 // touch of a page costs a fault. New memory is touched when it is allocated, off the hot path.
-// Engine thread only.
+// The set's cycles only (one thread at a time: SetEngine's cycle lock).
 class FusionBuffer {
  public:
   FusionBuffer() = default;

@@ -52,7 +52,7 @@ class Request {
   std::shared_ptr<void> readyEvent;
   const DLTensor *output() const { return hasOutput_ ? &output_ : nullptr; }
 
-  // Set by the engine thread before completion: alltoall's rows received from each rank; the
+  // Set by the set's cycle before completion: alltoall's rows received from each rank; the
   // scalar result of join (last rank to join) and process set creation (the id).
   std::vector<int64_t> receivedSplits;
   int64_t result = -1;
@@ -68,7 +68,7 @@ class Request {
   Status wait() const;  // blocks until complete
   Status status() const;
 
-  // Engine thread only: whether this rank's RequestMsg went to the coordinator already, and
+  // The set's cycles only: whether this rank's RequestMsg went to the coordinator already, and
   // (while a timeline records) when the engine took it from the queue.
   bool sentToCoordinator = false;
   std::chrono::steady_clock::time_point dequeued;

@@ -16,7 +16,7 @@ namespace hora {
 
 // Every rank applies the same put/touch/erase calls in the same order (the order in which
 // responses execute), so slot numbers agree across ranks and can be used as bit positions.
-// Engine thread only.
+// The set's cycles only (one thread at a time: SetEngine's cycle lock).
 class ResponseCache {
  public:
   explicit ResponseCache(int capacity);

@@ -108,6 +108,8 @@ void SetEngine::threadMain(const std::function<Parts()> &setup, std::promise<Sta
                          << parts_.cpu << ": " << why;
     }
     queue_.setBell(parts_.backend->peerBell());  // before `started`: nobody pushes yet
+    callerCycles_ = knobs_.callerCycles != "off" && parts_.backend->peerBell() != nullptr;
+    socketFree_ = parts_.socketFree;
   } catch (const Error &e) {
     started->set_value(e.toStatus());
     exited_.set_value();
@@ -122,16 +124,12 @@ void SetEngine::threadMain(const std::function<Parts()> &setup, std::promise<Sta
 
   try {
     loop();
-  } catch (const Error &e) {
-    HORA_LOG(kError) << "process set " << id_ << " stopped: " << e.what();
-    if (blastRadius(e.status()) == BlastRadius::kRuntime) parts_.group->poison();
-    stop(e.toStatus());
-  } catch (const std::exception &e) {
-    HORA_LOG(kError) << "process set " << id_ << " stopped: " << e.what();
-    parts_.group->poison();
-    stop(Status{HORA_ERR_INTERNAL, e.what()});
+  } catch (const std::exception &e) {  // outside a cycle (a cycle's failures stop it in there)
+    std::lock_guard<std::mutex> lock(cycleMutex_);
+    if (running_) fail(Error(HORA_ERR_INTERNAL, e.what(), __FILE__, __LINE__));
   }
-  // Teardown in the thread that used them.
+  // Teardown in the thread that made them; no caller runs a cycle of a stopped set.
+  std::lock_guard<std::mutex> lock(cycleMutex_);
   queue_.setBell(nullptr);
   device_.reset();
   executor_.reset();
@@ -152,38 +150,105 @@ void SetEngine::loop() {
   const std::chrono::microseconds kMaxBackoff{1000};
   std::chrono::microseconds idleBackoff{0};
   for (;;) {
-    const bool busy = !pending_.empty();
-    std::vector<RequestPtr> fresh = queue_.waitAndPop(busy, Clock::now() + idleBackoff, batchWindow);
-    if (!fresh.empty() && timeline_ != nullptr && timeline_->active()) {
-      const Clock::time_point now = Clock::now();
-      for (RequestPtr &r : fresh) r->dequeued = now;
-    }
-    for (RequestPtr &r : fresh) {
-      const std::string_view name = r->name();  // the request's own: the key lives as long
-      pending_.emplace(name, std::move(r));
-    }
-    const bool wantShutdown = queue_.shutdownRequested();
-    if (pending_.empty() && !wantShutdown) continue;
-
-    Controller::Outcome outcome = controller_->negotiate(pending_, wantShutdown);
-    if (outcome.shutdown) {
-      stop(Status{HORA_ERR_SHUT_DOWN,
-                  id_ == 0 ? "the runtime shut down (hora_shutdown on this or another rank) "
-                             "before the op finished"
-                           : "the process set was destroyed or the runtime shut down before the "
-                             "op finished"});
-      return;
-    }
-    order_.clear();
-    for (const auto &r : outcome.responses) order_.push_back(r.get());
-    execute(order_);
-    if (!outcome.responses.empty() || !fresh.empty()) {
+    queue_.waitForWork(busy_.load(), Clock::now() + idleBackoff, batchWindow);
+    std::lock_guard<std::mutex> lock(cycleMutex_);
+    if (!running_) return;  // a caller's cycle stopped the set
+    const Cycle done = runCycle(/*ownThread=*/true);
+    if (done == Cycle::kStopped) return;
+    if (done == Cycle::kAgreed) {
       idleBackoff = std::chrono::microseconds{0};
     } else {
       idleBackoff = bell ? kMaxBackoff
                          : std::min(kMaxBackoff, std::max(std::chrono::microseconds{10}, idleBackoff * 2));
     }
   }
+}
+
+void SetEngine::drive(const Request &request) {
+  if (callerCycles_ && cudaDevice_.load() < 0) {
+    // A socket write to a lost peer raises SIGPIPE in the writing thread, which the set's own
+    // thread blocks; a caller's may not, so a caller runs cycles with sockets in them only
+    // where the program ignores SIGPIPE (Python does).
+    struct sigaction pipe {};
+    const bool safe = socketFree_ || (sigaction(SIGPIPE, nullptr, &pipe) == 0 && pipe.sa_handler == SIG_IGN);
+    std::unique_lock<std::mutex> lock(cycleMutex_, std::try_to_lock);
+    if (safe && lock.owns_lock() && running_ && handedOver_.empty()) {
+      Cycle done = Cycle::kAgreed;
+      while (done == Cycle::kAgreed && !request.done()) done = runCycle(/*ownThread=*/false);
+      // What is left (requests other ranks have not submitted yet, device ops) is the set's
+      // thread's, which may be asleep waiting for work; and a stopped set's thread is to end.
+      if (done == Cycle::kStopped || busy_.load()) queue_.kick();
+      return;
+    }
+  }
+  flush();
+}
+
+SetEngine::Cycle SetEngine::runCycle(bool ownThread) {
+  try {
+    return cycle(ownThread);
+  } catch (const Error &e) {
+    fail(e);
+  } catch (const std::exception &e) {
+    fail(Error(HORA_ERR_INTERNAL, e.what(), __FILE__, __LINE__));
+  }
+  return Cycle::kStopped;
+}
+
+void SetEngine::fail(const Error &e) {
+  HORA_LOG(kError) << "process set " << id_ << " stopped: " << e.what();
+  if (blastRadius(e.status()) == BlastRadius::kRuntime) parts_.group->poison();
+  stop(e.toStatus());
+}
+
+SetEngine::Cycle SetEngine::cycle(bool ownThread) {
+  bool agreed = false;
+  if (!handedOver_.empty()) {  // the set's thread, after a caller's cycle
+    order_.clear();
+    for (const auto &r : handedOver_) order_.push_back(r.get());
+    execute(order_);
+    handedOver_.clear();
+    agreed = true;
+  }
+  queue_.popAll(fresh_);
+  if (!fresh_.empty() && timeline_ != nullptr && timeline_->active()) {
+    const std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now();
+    for (RequestPtr &r : fresh_) r->dequeued = now;
+  }
+  for (RequestPtr &r : fresh_) {
+    const std::string_view name = r->name();  // the request's own: the key lives as long
+    pending_.emplace(name, std::move(r));
+  }
+  agreed = agreed || !fresh_.empty();
+  fresh_.clear();
+  const bool wantShutdown = queue_.shutdownRequested();
+  if (pending_.empty() && !wantShutdown) {
+    busy_ = false;
+    return agreed ? Cycle::kAgreed : Cycle::kNothing;
+  }
+
+  Controller::Outcome outcome = controller_->negotiate(pending_, wantShutdown);
+  if (outcome.shutdown) {
+    stop(Status{HORA_ERR_SHUT_DOWN,
+                id_ == 0 ? "the runtime shut down (hora_shutdown on this or another rank) "
+                           "before the op finished"
+                         : "the process set was destroyed or the runtime shut down before the "
+                           "op finished"});
+    return Cycle::kStopped;
+  }
+  order_.clear();
+  for (const auto &r : outcome.responses) {
+    if (!ownThread && !r->agreed.device.isCpu()) {
+      // Responses run in the order agreed: this one and every later one go to the set's thread.
+      handedOver_.assign(outcome.responses.begin() + static_cast<std::ptrdiff_t>(order_.size()),
+                         outcome.responses.end());
+      break;
+    }
+    order_.push_back(r.get());
+  }
+  execute(order_);
+  busy_ = !pending_.empty() || !handedOver_.empty();
+  return agreed || !outcome.responses.empty() ? Cycle::kAgreed : Cycle::kNothing;
 }
 
 void SetEngine::execute(const std::vector<const Response *> &responses) {

@@ -6,6 +6,7 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <thread>
 
 #include "base/knobs.h"
@@ -21,19 +22,22 @@
 namespace hora {
 
 // Runs the ops that are not collectives on tensors (process set creation and destruction) for
-// the world set's engine; implemented by the runtime, called on the world engine's thread.
+// the world set's engine; implemented by the runtime, called in the world set's cycles (on its
+// thread, or on a thread that drives them, see SetEngine::drive).
 class SetOpHandler {
  public:
   virtual ~SetOpHandler() = default;
   // `request` is null on a rank that has joined.
   virtual void runSetOp(Request *request, const Response &response) = 0;
   // The world set's engine stopped (shutdown, a peer's shutdown, or a fatal error): nothing may
-  // outlive it. Called on the world engine's thread; must not block.
+  // outlive it. Called where the world set's cycle ran; must not block.
   virtual void worldStopped() = 0;
 };
 
 // Each set has its own thread, so sets negotiate independently: a set waiting for a slow rank
-// does not hold up another. The thread owns the group, backend, controller and executor.
+// does not hold up another. The thread makes and destroys the group, backend, controller and
+// executor; a cycle that uses them runs under the set's cycle lock, on the thread or on a
+// waiting caller's (drive()).
 class SetEngine {
  public:
   struct Parts {
@@ -43,6 +47,9 @@ class SetEngine {
     int localRank = 0;  // this rank's on its host: its GPU when no tensor names one
     Timeline *timeline = nullptr;  // the runtime's, recorded in while it is active
     FlightRecorder *flight = nullptr;  // the runtime's, always recording (unless off)
+    // No sockets in a cycle (MPI bootstrap, MPI backend): a write to a lost peer cannot raise
+    // SIGPIPE in a thread that runs a cycle (see drive()).
+    bool socketFree = false;
   };
   // Starts the thread, which runs `setup` to get its group and backend, and returns once that is
   // done. Throws Error with the status setup failed with.
@@ -58,6 +65,14 @@ class SetEngine {
   void submit(RequestPtr request);
   // Any thread: a caller is about to block on results; stop holding tensors back for fusion.
   void flush() { queue_.requestFlush(); }
+  // Any thread about to block on `request`, one of this set's. While the set's thread waits for
+  // work, runs the set's cycles on this thread until `request` is done or a cycle agrees on
+  // nothing: the cycle the set's thread would run next, without the two context switches of
+  // handing it over and back (about 2 us each on a VM), which made up a fifth of a batch of small
+  // allreduces. Otherwise (the set's thread is in a cycle, HORA_CALLER_CYCLES=off, a set
+  // negotiated through a network, CUDA tensors) flushes, as flush(). Leaves the rest to the
+  // set's thread.
+  void drive(const Request &request);
   // Any thread: ask for the collective stop (every member stops in the same cycle; pending
   // requests complete with HORA_ERR_SHUT_DOWN) / wait for the thread to end.
   void requestShutdown() { queue_.requestShutdown(); }
@@ -77,6 +92,13 @@ class SetEngine {
   SetEngine(int32_t id, const Knobs &knobs, SetOpHandler *handler);
   void threadMain(const std::function<Parts()> &setup, std::promise<Status> *started);
   void loop();
+  // One cycle (cycleMutex_ held, on any thread): takes the queue, negotiates, runs what was
+  // agreed. A failure stops the set (stop()) as on its thread. kAgreed: something was agreed
+  // (or the queue had new requests); kStopped: the set stopped.
+  enum class Cycle { kNothing, kAgreed, kStopped };
+  Cycle runCycle(bool ownThread);
+  Cycle cycle(bool ownThread);
+  void fail(const Error &e);
   void execute(const std::vector<const Response *> &responses);
   void trace(const std::vector<Request *> &requests, const Response &first,
              Timeline::Clock::time_point began);
@@ -97,7 +119,18 @@ class SetEngine {
   int size_ = 1;
   const char *backendName_ = "";
 
-  // Owned by the set's thread: created, used and destroyed there.
+  // Whoever runs a cycle holds this: the set's thread, or a thread in drive() in its place.
+  std::mutex cycleMutex_;
+  // Guarded by cycleMutex_ (the set's thread reads busy_ and the handed-over outcome between
+  // cycles without it; it is atomic for that): requests are under negotiation.
+  std::atomic<bool> busy_{false};
+  bool callerCycles_ = false;  // drive() may run cycles (fixed before start() returns)
+  bool socketFree_ = false;
+  // Agreed in a caller's cycle but on a device: run by the set's thread, whose CUDA device the
+  // executor sets (a caller's current device is the caller's).
+  std::vector<std::shared_ptr<const Response>> handedOver_;
+
+  // Created and destroyed on the set's thread; used by whichever thread holds cycleMutex_.
   Parts parts_;
   std::unique_ptr<ControlPlane> negotiation_;  // the group's plane, AND through the backend if it can
   std::unique_ptr<Controller> controller_;
@@ -111,7 +144,8 @@ class SetEngine {
   void executeOnDevice(const std::vector<Request *> &requests,
                        const std::vector<const Response *> &members);
   PendingMap pending_;
-  std::vector<const Response *> order_;  // a cycle's responses, in order (loop()'s)
+  std::vector<RequestPtr> fresh_;  // a cycle's new requests, from the queue
+  std::vector<const Response *> order_;  // a cycle's responses, in order
   std::vector<RequestPtr> finished_;  // finish()'s, kept for their capacity
   std::vector<std::string_view> finishedNames_;
 };

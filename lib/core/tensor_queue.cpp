@@ -8,7 +8,7 @@
 namespace hora {
 
 void TensorQueue::push(RequestPtr request) {
-  bool first = false;
+  bool wakeEngine = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (closed_) throw Error(closedStatus_.code, closedStatus_.message, __FILE__, __LINE__);
@@ -17,22 +17,34 @@ void TensorQueue::push(RequestPtr request) {
                  "': a request of that name is already in flight on this rank (process set ",
                  request->processSet(), "); wait for it before submitting the name again");
     }
-    first = queue_.empty();
-    if (first) firstArrival_ = std::chrono::steady_clock::now();
+    if (queue_.empty()) {
+      firstArrival_ = std::chrono::steady_clock::now();
+      wakeEngine = waiting_ == Waiting::kIdle || waiting_ == Waiting::kBusy;
+    }
     queue_.push_back(std::move(request));
     // Rung under the lock: the engine takes it again when it wakes, so it cannot tear the bell
     // down (with its backend) while this ring is on the way.
     if (onBell_) bell_->ring();
   }
-  // Only the first request wakes the engine: behind it, the engine waits out the batch window
-  // for flush or shutdown alone, and a wake-up per request would cost a context switch each.
-  if (first) cv_.notify_one();
+  // Only the first request wakes the engine, and only while it waits for work: behind it, the
+  // engine waits out the batch window for flush or shutdown alone, and a wake-up per request
+  // would cost a context switch each.
+  if (wakeEngine) cv_.notify_one();
 }
 
 void TensorQueue::requestFlush() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     flush_ = true;
+  }
+  cv_.notify_one();
+}
+
+void TensorQueue::kick() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    kicked_ = true;
+    if (onBell_) bell_->ring();
   }
   cv_.notify_one();
 }
@@ -53,34 +65,59 @@ bool TensorQueue::shutdownRequested() const {
   return shutdown_;
 }
 
+void TensorQueue::waitForWork(bool busy, std::chrono::steady_clock::time_point busyDeadline,
+                              std::chrono::nanoseconds batchWindow) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto wake = [this] { return !queue_.empty() || shutdown_ || kicked_; };
+  for (;;) {
+    if (busy && bell_ != nullptr) {
+      // onBell_ is set under the lock, so a push either came before (wake() sees it) or rings.
+      uint32_t ticket = 0;
+      if (!wake() && bell_->arm(&ticket)) {
+        onBell_ = true;
+        waiting_ = Waiting::kBusy;
+        lock.unlock();
+        bell_->sleep(ticket, std::max<std::chrono::nanoseconds>(
+                                 std::chrono::nanoseconds{0}, busyDeadline - std::chrono::steady_clock::now()));
+        lock.lock();
+        onBell_ = false;
+      }
+    } else if (busy) {
+      waiting_ = Waiting::kBusy;
+      cv_.wait_until(lock, busyDeadline, wake);
+    } else {
+      waiting_ = Waiting::kIdle;
+      cv_.wait(lock, wake);
+    }
+    // The batch window, from the oldest request queued now: a caller thread may take the queue
+    // while this thread sleeps, and the requests pushed after that arrived later.
+    waiting_ = Waiting::kWindow;
+    while (!queue_.empty() && !flush_ && !shutdown_ && !kicked_ && batchWindow.count() > 0) {
+      const std::chrono::steady_clock::time_point deadline = firstArrival_ + batchWindow;
+      if (std::chrono::steady_clock::now() >= deadline) break;
+      cv_.wait_until(lock, deadline);
+    }
+    // Not busy, and the queue empty again: a caller thread took it and ran the cycle.
+    if (busy || !queue_.empty() || flush_ || shutdown_ || kicked_) break;
+  }
+  waiting_ = Waiting::kNo;
+  kicked_ = false;
+}
+
+void TensorQueue::popAll(std::vector<RequestPtr> &out) {
+  out.clear();
+  std::lock_guard<std::mutex> lock(mutex_);
+  flush_ = false;
+  out.assign(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.end()));
+  queue_.clear();
+}
+
 std::vector<RequestPtr> TensorQueue::waitAndPop(bool busy,
                                                 std::chrono::steady_clock::time_point busyDeadline,
                                                 std::chrono::nanoseconds batchWindow) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  auto wake = [this] { return !queue_.empty() || shutdown_; };
-  if (busy && bell_ != nullptr) {
-    // onBell_ is set under the lock, so a push either came before (wake() sees it) or rings.
-    uint32_t ticket = 0;
-    if (!wake() && bell_->arm(&ticket)) {
-      onBell_ = true;
-      lock.unlock();
-      bell_->sleep(ticket, std::max<std::chrono::nanoseconds>(
-                               std::chrono::nanoseconds{0}, busyDeadline - std::chrono::steady_clock::now()));
-      lock.lock();
-      onBell_ = false;
-    }
-  } else if (busy) {
-    cv_.wait_until(lock, busyDeadline, wake);
-  } else {
-    cv_.wait(lock, wake);
-  }
-  if (!queue_.empty() && !shutdown_ && batchWindow.count() > 0) {
-    cv_.wait_until(lock, firstArrival_ + batchWindow, [this] { return flush_ || shutdown_; });
-  }
-  flush_ = false;
-  std::vector<RequestPtr> out(std::make_move_iterator(queue_.begin()),
-                              std::make_move_iterator(queue_.end()));
-  queue_.clear();
+  waitForWork(busy, busyDeadline, batchWindow);
+  std::vector<RequestPtr> out;
+  popAll(out);
   return out;
 }
 

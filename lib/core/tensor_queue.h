@@ -35,25 +35,40 @@ class TensorQueue {
     bell_ = bell;
   }
 
-  // Engine thread. Blocks until a request is queued or shutdown is requested; with `busy` set
-  // (the engine has requests under negotiation) waits at most until `busyDeadline`, or until
-  // the bell rings. Once a first
-  // request is queued, waits until `batchWindow` after it arrived for more, unless flushed.
-  // Returns the queued requests (possibly none).
+  // Engine thread: blocks until there is a cycle to run: a request is queued and either the
+  // queue was flushed or `batchWindow` has passed since the oldest queued request arrived (more
+  // may come to fuse with it); shutdown is requested; or a caller thread kick()ed. With `busy`
+  // set (the engine has requests under negotiation) also returns at `busyDeadline`, or when the
+  // bell rings, with nothing queued.
+  void waitForWork(bool busy, std::chrono::steady_clock::time_point busyDeadline,
+                   std::chrono::nanoseconds batchWindow);
+  // Whoever runs the engine's cycle (its thread, or a caller thread in its place): takes every
+  // queued request, into `out` (cleared first), and ends a flush.
+  void popAll(std::vector<RequestPtr> &out);
+  // waitForWork, then popAll: the engine thread's step when no other thread runs cycles.
   std::vector<RequestPtr> waitAndPop(bool busy, std::chrono::steady_clock::time_point busyDeadline,
                                      std::chrono::nanoseconds batchWindow);
+  // Any thread: wakes the engine thread for a cycle with or without anything queued (a caller
+  // thread ran the cycles and left requests under negotiation for it).
+  void kick();
   bool shutdownRequested() const;
 
-  // Engine thread: the names are free again (call before completing the requests, so a caller
+  // The set's cycle: the names are free again (call before completing the requests, so a caller
   // woken by a completion can reuse its name at once).
   void release(const std::vector<std::string_view> &names);
-  // Engine thread, when stopping: refuse further pushes with `status`, return what was queued.
+  // The set's cycle, when stopping: refuse further pushes with `status`, return what was queued.
   std::vector<RequestPtr> close(Status status);
 
  private:
+  // How the engine thread waits: a request pushed to an empty queue wakes it while it waits for
+  // work (kIdle, kBusy). In the batch window it is not woken: it wakes at the window's end and
+  // then waits on from the oldest request still queued, which is newer if a caller thread took
+  // the queue meanwhile (a caller thread that runs the cycles itself wakes nobody).
+  enum class Waiting { kNo, kIdle, kBusy, kWindow };
+
   // This mutex protects: bell_ (the engine thread, its only writer, reads it without),
-  // queue_, inFlight_, flush_, shutdown_, closed_, closedStatus_, firstArrival_, onBell_ (the
-  // engine sleeps on the bell: wake it there).
+  // queue_, inFlight_, flush_, kicked_, shutdown_, closed_, closedStatus_, firstArrival_,
+  // waiting_, onBell_ (the engine sleeps on the bell: wake it there).
   PeerBell *bell_ = nullptr;
   mutable std::mutex mutex_;
   std::condition_variable cv_;
@@ -63,10 +78,12 @@ class TensorQueue {
   // request; close() clears them all). One set per queue, and a queue per process set.
   std::unordered_set<std::string_view> inFlight_;
   bool flush_ = false;
+  bool kicked_ = false;
   bool shutdown_ = false;
   bool closed_ = false;
   Status closedStatus_;
   std::chrono::steady_clock::time_point firstArrival_;
+  Waiting waiting_ = Waiting::kNo;
   bool onBell_ = false;
 };
 

@@ -62,7 +62,8 @@ TEST(Knobs, ParsesValues) {
                      {"HORA_LOG_LEVEL", "DEBUG"},
                      {"HORA_BOOTSTRAP", "single"},
                      {"HORA_THREAD_AFFINITY", "0,8,16"},
-                     {"HORA_SHM", "cma"}});
+                     {"HORA_SHM", "cma"},
+                     {"HORA_CALLER_CYCLES", "off"}});
   EXPECT_EQ(k.fusionThreshold, 1 << 20);
   EXPECT_DOUBLE_EQ(k.cycleTimeMs, 2.5);
   EXPECT_EQ(k.cacheCapacity, 0);
@@ -70,6 +71,8 @@ TEST(Knobs, ParsesValues) {
   EXPECT_EQ(k.bootstrap, "single");
   EXPECT_EQ(k.threadAffinity, "0,8,16");
   EXPECT_EQ(k.shm, "cma");
+  EXPECT_EQ(k.callerCycles, "off");
+  EXPECT_EQ(fromMap({}).callerCycles, "auto");
 }
 
 TEST(Knobs, ParseBytes) {
@@ -96,7 +99,8 @@ TEST(Knobs, BadValuesNameTheKnobAndTheValue) {
       {"HORA_CPU_BACKEND", "ucx"},       {"HORA_CYCLE_TIME_MS", "nan"},
       {"HORA_THREAD_AFFINITY", "on"},    {"HORA_THREAD_AFFINITY", "0,,1"},
       {"HORA_THREAD_AFFINITY", "1,"},    {"HORA_THREAD_AFFINITY", "-1"},
-      {"HORA_THREAD_AFFINITY", ""},      {"HORA_SHM", "staged"}};
+      {"HORA_THREAD_AFFINITY", ""},      {"HORA_SHM", "staged"},
+      {"HORA_CALLER_CYCLES", "on"}};
   for (const auto &kv : bad) {
     try {
       fromMap({{kv.first, kv.second}});

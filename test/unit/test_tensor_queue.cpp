@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "core/tensor_queue.h"
 
@@ -81,6 +82,52 @@ TEST(TensorQueue, BatchWindowCollectsLaterArrivalsAndFlushEndsIt) {
   flusher.join();
   EXPECT_EQ(got.size(), 1u);
   EXPECT_LT(steady_clock::now() - t0, seconds(10));
+}
+
+// A caller thread that runs the cycle itself takes the queue while the engine thread waits out
+// the batch window: the window then runs from the oldest request queued after that, and with the
+// queue taken and nothing new the engine thread goes on waiting instead of running an empty cycle.
+TEST(TensorQueue, WindowRestartsFromRequestsQueuedAfterACallerTookTheQueue) {
+  TensorQueue q;
+  std::atomic<bool> returned{false};
+  steady_clock::time_point secondPushed;
+  std::thread engine([&] {
+    q.waitForWork(false, steady_clock::now(), milliseconds(200));
+    returned = true;
+  });
+  q.push(req("a"));
+  std::this_thread::sleep_for(milliseconds(50));
+  std::vector<RequestPtr> taken;
+  q.popAll(taken);  // the caller's cycle
+  ASSERT_EQ(taken.size(), 1u);
+  std::this_thread::sleep_for(milliseconds(250));  // past a's window
+  EXPECT_FALSE(returned) << "woke for an empty queue";
+  secondPushed = steady_clock::now();
+  q.push(req("b"));
+  engine.join();
+  EXPECT_GE(steady_clock::now() - secondPushed, milliseconds(190)) << "b's window was cut short";
+  q.popAll(taken);
+  ASSERT_EQ(taken.size(), 1u);
+  EXPECT_EQ(taken[0]->name(), "b");
+}
+
+TEST(TensorQueue, KickWakesAnIdleEngineWithNothingQueued) {
+  TensorQueue q;
+  std::thread kicker([&] {
+    std::this_thread::sleep_for(milliseconds(20));
+    q.kick();
+  });
+  const auto t0 = steady_clock::now();
+  q.waitForWork(false, steady_clock::now(), milliseconds(200));
+  kicker.join();
+  EXPECT_LT(steady_clock::now() - t0, seconds(10));
+  std::vector<RequestPtr> taken;
+  q.popAll(taken);
+  EXPECT_TRUE(taken.empty());
+  // A kick is used up by the wait it ended: the next one waits again (here until its deadline).
+  const auto t1 = steady_clock::now();
+  q.waitForWork(true, t1 + milliseconds(20), nanoseconds(0));
+  EXPECT_GE(steady_clock::now() - t1, milliseconds(19));
 }
 
 // A bell that records what the queue does with it; sleep() blocks on a condition variable until
