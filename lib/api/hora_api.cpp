@@ -557,7 +557,7 @@ RequestPtr runBlocking(Engine &engine, OpType op, int32_t processSet, std::vecto
   msg.splits = std::move(args);
   auto request = std::make_shared<Request>(std::move(msg), processSet, std::vector<TensorArg>{});
   engine.submit(request);
-  engine.flush(processSet);
+  engine.drive(*request);
   Status status = request->wait();
   if (!status.ok()) throw Error(status.code, status.message, __FILE__, __LINE__);
   return request;

@@ -173,20 +173,6 @@ void Engine::drive(const Request &request) {
   if (target) target->drive(request);
 }
 
-void Engine::flush(int32_t id) {
-  if (id == 0) {
-    world_->flush();
-    return;
-  }
-  std::shared_ptr<SetEngine> target;
-  {
-    std::lock_guard<std::mutex> lock(setsMutex_);
-    auto it = sets_.find(id);
-    if (it != sets_.end()) target = it->second.engine;
-  }
-  if (target) target->flush();
-}
-
 void Engine::shutdown() { stopAll(nullptr); }
 
 bool Engine::shutdownWithin(std::chrono::milliseconds limit) { return stopAll(&limit); }

@@ -26,9 +26,8 @@ class Engine final : private SetOpHandler {
   // that does not exist or does not contain this rank, DUPLICATE_NAME, or the status the set's
   // engine stopped with.
   void submit(RequestPtr request);
-  // Any thread: a caller is about to block on a result of set `id`.
-  void flush(int32_t id);
-  // Any thread: a caller is about to block on `request` (SetEngine::drive on its set).
+  // Any thread: a caller is about to block on `request` (SetEngine::drive on its set, which
+  // runs the set's cycles on the caller's thread or flushes).
   void drive(const Request &request);
   // Any thread: collective stop of every set, then of the world. Idempotent.
   void shutdown();
