@@ -165,14 +165,16 @@ void SetEngine::loop() {
 }
 
 void SetEngine::drive(const Request &request) {
+  // A socket write to a lost peer raises SIGPIPE in the writing thread, which the set's own
+  // thread blocks; a caller's may not, so a caller runs cycles with sockets in them only where
+  // the program ignores SIGPIPE (Python does).
+  auto sigpipeHarmless = [this] {
+    struct sigaction current {};
+    return socketFree_ || (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_IGN);
+  };
   if (callerCycles_ && cudaDevice_.load() < 0) {
-    // A socket write to a lost peer raises SIGPIPE in the writing thread, which the set's own
-    // thread blocks; a caller's may not, so a caller runs cycles with sockets in them only
-    // where the program ignores SIGPIPE (Python does).
-    struct sigaction pipe {};
-    const bool safe = socketFree_ || (sigaction(SIGPIPE, nullptr, &pipe) == 0 && pipe.sa_handler == SIG_IGN);
     std::unique_lock<std::mutex> lock(cycleMutex_, std::try_to_lock);
-    if (safe && lock.owns_lock() && running_ && handedOver_.empty()) {
+    if (lock.owns_lock() && running_ && handedOver_.empty() && sigpipeHarmless()) {
       Cycle done = Cycle::kAgreed;
       while (done == Cycle::kAgreed && !request.done()) done = runCycle(/*ownThread=*/false);
       // What is left (requests other ranks have not submitted yet, device ops) is the set's

@@ -112,15 +112,6 @@ void TensorQueue::popAll(std::vector<RequestPtr> &out) {
   queue_.clear();
 }
 
-std::vector<RequestPtr> TensorQueue::waitAndPop(bool busy,
-                                                std::chrono::steady_clock::time_point busyDeadline,
-                                                std::chrono::nanoseconds batchWindow) {
-  waitForWork(busy, busyDeadline, batchWindow);
-  std::vector<RequestPtr> out;
-  popAll(out);
-  return out;
-}
-
 void TensorQueue::release(const std::vector<std::string_view> &names) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (std::string_view name : names) inFlight_.erase(name);

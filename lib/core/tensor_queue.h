@@ -45,9 +45,6 @@ class TensorQueue {
   // Whoever runs the engine's cycle (its thread, or a caller thread in its place): takes every
   // queued request, into `out` (cleared first), and ends a flush.
   void popAll(std::vector<RequestPtr> &out);
-  // waitForWork, then popAll: the engine thread's step when no other thread runs cycles.
-  std::vector<RequestPtr> waitAndPop(bool busy, std::chrono::steady_clock::time_point busyDeadline,
-                                     std::chrono::nanoseconds batchWindow);
   // Any thread: wakes the engine thread for a cycle with or without anything queued (a caller
   // thread ran the cycles and left requests under negotiation for it).
   void kick();

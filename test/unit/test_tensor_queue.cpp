@@ -16,6 +16,15 @@ namespace {
 
 using namespace std::chrono;
 
+// The engine thread's step: wait for work, then take the queue.
+std::vector<RequestPtr> waitAndPop(TensorQueue &q, bool busy, steady_clock::time_point busyDeadline,
+                                   nanoseconds batchWindow) {
+  q.waitForWork(busy, busyDeadline, batchWindow);
+  std::vector<RequestPtr> out;
+  q.popAll(out);
+  return out;
+}
+
 RequestPtr req(const std::string &name, int32_t set = 0) {
   RequestMsg m;
   m.name = name;
@@ -34,7 +43,7 @@ TEST(TensorQueue, DuplicateNameInFlightIsRefusedUntilReleased) {
     EXPECT_NE(e.message().find("'a'"), std::string::npos);
   }
   q.push(req("b"));
-  auto got = q.waitAndPop(false, steady_clock::now(), nanoseconds(0));
+  auto got = waitAndPop(q, false, steady_clock::now(), nanoseconds(0));
   EXPECT_EQ(got.size(), 2u);
   EXPECT_THROW(q.push(req("a")), Error);  // popped but still in flight
   q.release({"a"});
@@ -49,7 +58,7 @@ TEST(TensorQueue, IdleWaitWakesOnPush) {
     q.push(req("x"));
   });
   const auto t0 = steady_clock::now();
-  auto got = q.waitAndPop(false, steady_clock::now(), nanoseconds(0));
+  auto got = waitAndPop(q, false, steady_clock::now(), nanoseconds(0));
   producer.join();
   ASSERT_EQ(got.size(), 1u);
   EXPECT_GE(steady_clock::now() - t0, milliseconds(40));
@@ -57,7 +66,7 @@ TEST(TensorQueue, IdleWaitWakesOnPush) {
 
 TEST(TensorQueue, BusyWaitEndsAtTheDeadline) {
   TensorQueue q;
-  auto got = q.waitAndPop(true, steady_clock::now() + milliseconds(20), nanoseconds(0));
+  auto got = waitAndPop(q, true, steady_clock::now() + milliseconds(20), nanoseconds(0));
   EXPECT_TRUE(got.empty());
 }
 
@@ -68,7 +77,7 @@ TEST(TensorQueue, BatchWindowCollectsLaterArrivalsAndFlushEndsIt) {
     std::this_thread::sleep_for(milliseconds(10));
     q.push(req("b"));
   });
-  auto got = q.waitAndPop(false, steady_clock::now(), milliseconds(200));
+  auto got = waitAndPop(q, false, steady_clock::now(), milliseconds(200));
   producer.join();
   EXPECT_EQ(got.size(), 2u);
 
@@ -78,7 +87,7 @@ TEST(TensorQueue, BatchWindowCollectsLaterArrivalsAndFlushEndsIt) {
     q.requestFlush();
   });
   const auto t0 = steady_clock::now();
-  got = q.waitAndPop(false, steady_clock::now(), seconds(30));
+  got = waitAndPop(q, false, steady_clock::now(), seconds(30));
   flusher.join();
   EXPECT_EQ(got.size(), 1u);
   EXPECT_LT(steady_clock::now() - t0, seconds(10));
@@ -174,7 +183,7 @@ TEST(TensorQueue, ABusyEngineSleepsOnTheBellAndAPushRingsIt) {
     q.push(req("x"));
   });
   const auto t0 = steady_clock::now();
-  auto got = q.waitAndPop(true, steady_clock::now() + seconds(30), nanoseconds(0));
+  auto got = waitAndPop(q, true, steady_clock::now() + seconds(30), nanoseconds(0));
   producer.join();
   ASSERT_EQ(got.size(), 1u);
   EXPECT_LT(steady_clock::now() - t0, seconds(10)) << "the push did not ring the bell";
@@ -194,7 +203,7 @@ TEST(TensorQueue, ShutdownRingsTheBellAndAPeerAheadMeansNoSleep) {
     while (bell.sleeps.load() == 0) std::this_thread::yield();
     q.requestShutdown();
   });
-  auto got = q.waitAndPop(true, steady_clock::now() + seconds(30), nanoseconds(0));
+  auto got = waitAndPop(q, true, steady_clock::now() + seconds(30), nanoseconds(0));
   stopper.join();
   EXPECT_TRUE(got.empty());
   EXPECT_EQ(bell.rings(), 1u);
@@ -204,7 +213,7 @@ TEST(TensorQueue, ShutdownRingsTheBellAndAPeerAheadMeansNoSleep) {
   ahead.peerAhead = true;  // a peer already started the next cycle: go and join it
   q2.setBell(&ahead);
   const auto t0 = steady_clock::now();
-  got = q2.waitAndPop(true, steady_clock::now() + seconds(30), nanoseconds(0));
+  got = waitAndPop(q2, true, steady_clock::now() + seconds(30), nanoseconds(0));
   EXPECT_TRUE(got.empty());
   EXPECT_EQ(ahead.arms.load(), 1);
   EXPECT_EQ(ahead.sleeps.load(), 0);
@@ -218,7 +227,7 @@ TEST(TensorQueue, ShutdownWakesAndCloseRefusesWithItsStatus) {
     std::this_thread::sleep_for(milliseconds(10));
     q.requestShutdown();
   });
-  auto got = q.waitAndPop(false, steady_clock::now(), nanoseconds(0));
+  auto got = waitAndPop(q, false, steady_clock::now(), nanoseconds(0));
   stopper.join();
   EXPECT_TRUE(got.empty());
   EXPECT_TRUE(q.shutdownRequested());
