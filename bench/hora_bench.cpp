@@ -39,6 +39,7 @@ namespace hora::bench {
 namespace {
 
 constexpr int64_t kColdPassMaxBytes = 1 << 20;  // first size up to this: one untimed pass first
+constexpr long kDefaultCacheCapacity = 1024;  // HORA_CACHE_CAPACITY's documented default
 
 // ---- collectives -------------------------------------------------------------------------------
 
@@ -161,9 +162,10 @@ void usage(FILE *f) {
       "warm-up ops run the same way first, in batches of at most -n under the same names (hora\n"
       "caches negotiation by name); hora's warm-up is at least 2 x -n ops, as a name's first op\n"
       "goes through the coordinator and only its second through the response cache that every\n"
-      "later step uses. --blocking 1\n"
-      "waits for each op before submitting the next (latency). Raw MPI, Gloo and memcpy:\n"
-      "blocking calls in a loop (what a user of MPI or Gloo writes), the same buffers.\n"
+      "later step uses (past HORA_CACHE_CAPACITY names, every op negotiates afresh: the table\n"
+      "says so). --blocking 1 waits for each op before submitting the next, all under one name\n"
+      "(latency). Raw MPI, Gloo and memcpy: blocking calls in a loop (what a user of MPI or\n"
+      "Gloo writes), the same buffers.\n"
       "Every time is the slowest rank's: an MPI_Barrier, the loop, then the MAX over ranks.\n"
       "When the first size is at most 1 MiB, its whole row runs once untimed before the table:\n"
       "a process's first ops are cold.\n"
@@ -519,13 +521,15 @@ class Bench {
 
   // k ops: submitted in batches of at most -n (the timed loop is one batch), each batch then
   // waited for (each request freed as soon as it is done, so that hora-allocated outputs go
-  // early); or with --blocking 1 each op waited for in turn. Op i is named names[i % n]: the
-  // warm-up uses the timed loop's names, and hora caches what it negotiated by name.
+  // early); op i is named names[i % n]: the warm-up uses the timed loop's names, and hora caches
+  // what it negotiated by name. With --blocking 1 each op is waited for in turn, all under one
+  // name, as a latency loop over one tensor would (n names would time the coordinator instead of
+  // the response cache once 2n passed the cache's capacity).
   void runHora(bool inPlace, int k) {
     const std::vector<std::string> &names = inPlace ? namesInPlace_ : names_;
     if (opt_.blocking) {
       for (int i = 0; i < k; ++i) {
-        hora_request_t r = submit(inPlace, names[i % opt_.iters].c_str());
+        hora_request_t r = submit(inPlace, names[0].c_str());
         checkHora(hora_wait(r), "hora_wait");
         hora_request_free(r);
       }
@@ -996,6 +1000,15 @@ int run(int argc, char **argv, int rank, int n) {
     std::printf("# hora: %s; time = mean per op, slowest rank\n",
                 opt.blocking ? "blocking, each op waited for before the next (--blocking 1)"
                              : "-n ops submitted async back to back, then one wait for all");
+    // A timed loop names -n ops: past the response cache's capacity every op negotiates through
+    // the coordinator, which a training step (whose names repeat) does not.
+    const char *capacityText = std::getenv("HORA_CACHE_CAPACITY");
+    const long capacity = capacityText != nullptr ? std::atol(capacityText) : kDefaultCacheCapacity;
+    if (!opt.blocking && opt.iters > capacity)
+      std::printf("# note: -n %d names more ops than the response cache holds "
+                  "(HORA_CACHE_CAPACITY=%ld): hora's columns time its coordinator, not the cached "
+                  "path; raise HORA_CACHE_CAPACITY to time that\n",
+                  opt.iters, capacity);
     if (opt.mpi)
       std::printf("# raw MPI: %s, blocking calls on the same buffers%s\n", coll->mpiCall,
                   !coll->reduces ? ""
