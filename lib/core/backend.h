@@ -29,7 +29,8 @@ class PeerBell {
 
 // One backend instance serves one process set. Every call is collective over the set and is made
 // in the set's cycles only (one thread at a time: SetEngine's cycle lock), after negotiation has
-// established that every rank makes the same call; counts are 64-bit and the backend splits them if its transport cannot.
+// established that every rank makes the same call; counts are 64-bit and the backend splits them
+// if its transport cannot.
 class Backend {
  public:
   virtual ~Backend() = default;

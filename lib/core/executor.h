@@ -11,7 +11,8 @@
 
 namespace hora {
 
-// The set's cycles only (one thread at a time: SetEngine's cycle lock). Throws Error on failure; the engine decides the blast radius.
+// The set's cycles only (one thread at a time: SetEngine's cycle lock). Throws Error on failure;
+// the engine decides the blast radius.
 class Executor {
  public:
   Executor(Backend &backend, int setSize, int rank)

@@ -121,8 +121,8 @@ class SetEngine {
 
   // Whoever runs a cycle holds this: the set's thread, or a thread in drive() in its place.
   std::mutex cycleMutex_;
-  // Guarded by cycleMutex_ (the set's thread reads busy_ and the handed-over outcome between
-  // cycles without it; it is atomic for that): requests are under negotiation.
+  // Written under cycleMutex_, read by the set's thread between cycles without it (hence
+  // atomic): requests are under negotiation, or handed over.
   std::atomic<bool> busy_{false};
   bool callerCycles_ = false;  // drive() may run cycles (fixed before start() returns)
   bool socketFree_ = false;

@@ -19,7 +19,7 @@ void TensorQueue::push(RequestPtr request) {
     }
     if (queue_.empty()) {
       firstArrival_ = std::chrono::steady_clock::now();
-      wakeEngine = waiting_ == Waiting::kIdle || waiting_ == Waiting::kBusy;
+      wakeEngine = waitsForWork_;
     }
     queue_.push_back(std::move(request));
     // Rung under the lock: the engine takes it again when it wakes, so it cannot tear the bell
@@ -75,7 +75,7 @@ void TensorQueue::waitForWork(bool busy, std::chrono::steady_clock::time_point b
       uint32_t ticket = 0;
       if (!wake() && bell_->arm(&ticket)) {
         onBell_ = true;
-        waiting_ = Waiting::kBusy;
+        waitsForWork_ = true;
         lock.unlock();
         bell_->sleep(ticket, std::max<std::chrono::nanoseconds>(
                                  std::chrono::nanoseconds{0}, busyDeadline - std::chrono::steady_clock::now()));
@@ -83,15 +83,15 @@ void TensorQueue::waitForWork(bool busy, std::chrono::steady_clock::time_point b
         onBell_ = false;
       }
     } else if (busy) {
-      waiting_ = Waiting::kBusy;
+      waitsForWork_ = true;
       cv_.wait_until(lock, busyDeadline, wake);
     } else {
-      waiting_ = Waiting::kIdle;
+      waitsForWork_ = true;
       cv_.wait(lock, wake);
     }
     // The batch window, from the oldest request queued now: a caller thread may take the queue
     // while this thread sleeps, and the requests pushed after that arrived later.
-    waiting_ = Waiting::kWindow;
+    waitsForWork_ = false;
     while (!queue_.empty() && !flush_ && !shutdown_ && !kicked_ && batchWindow.count() > 0) {
       const std::chrono::steady_clock::time_point deadline = firstArrival_ + batchWindow;
       if (std::chrono::steady_clock::now() >= deadline) break;
@@ -100,7 +100,6 @@ void TensorQueue::waitForWork(bool busy, std::chrono::steady_clock::time_point b
     // Not busy, and the queue empty again: a caller thread took it and ran the cycle.
     if (busy || !queue_.empty() || flush_ || shutdown_ || kicked_) break;
   }
-  waiting_ = Waiting::kNo;
   kicked_ = false;
 }
 

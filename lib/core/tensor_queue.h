@@ -57,15 +57,9 @@ class TensorQueue {
   std::vector<RequestPtr> close(Status status);
 
  private:
-  // How the engine thread waits: a request pushed to an empty queue wakes it while it waits for
-  // work (kIdle, kBusy). In the batch window it is not woken: it wakes at the window's end and
-  // then waits on from the oldest request still queued, which is newer if a caller thread took
-  // the queue meanwhile (a caller thread that runs the cycles itself wakes nobody).
-  enum class Waiting { kNo, kIdle, kBusy, kWindow };
-
   // This mutex protects: bell_ (the engine thread, its only writer, reads it without),
   // queue_, inFlight_, flush_, kicked_, shutdown_, closed_, closedStatus_, firstArrival_,
-  // waiting_, onBell_ (the engine sleeps on the bell: wake it there).
+  // waitsForWork_, onBell_ (the engine sleeps on the bell: wake it there).
   PeerBell *bell_ = nullptr;
   mutable std::mutex mutex_;
   std::condition_variable cv_;
@@ -80,7 +74,12 @@ class TensorQueue {
   bool closed_ = false;
   Status closedStatus_;
   std::chrono::steady_clock::time_point firstArrival_;
-  Waiting waiting_ = Waiting::kNo;
+  // The engine thread waits for work (idle, or busy until its deadline): a request pushed to an
+  // empty queue wakes it. In the batch window, or in a cycle, it is not woken: it wakes at the
+  // window's end and then waits on from the oldest request still queued, which is newer if a
+  // caller thread took the queue meanwhile (a caller thread that runs the cycles itself wakes
+  // nobody).
+  bool waitsForWork_ = false;
   bool onBell_ = false;
 };
 
