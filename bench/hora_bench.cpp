@@ -110,6 +110,7 @@ struct Options {
   double factor = 2.0;
   int iters = 20;
   int warmup = 5;
+  int trials = 1;
   bool check = true;
   bool blocking = false;
   int root = 0;
@@ -125,8 +126,8 @@ void usage(FILE *f) {
   std::fprintf(
       f,
       "usage: mpirun -np N hora-bench [--op allreduce|allgather|broadcast|reducescatter|alltoall]\n"
-      "         [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1] [-o %s]\n"
-      "         [-d %s]\n"
+      "         [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [--trials T] [-c 0|1]\n"
+      "         [-o %s] [-d %s]\n"
       "         [-r ROOT] [--blocking 0|1] [--mpi 0|1] [--gloo 0|1] [--memcpy 0|1]\n"
       "         [--json FILE] [--plot FILE.png]\n"
       "\n"
@@ -136,6 +137,9 @@ void usage(FILE *f) {
       "  -f, --stepfactor multiply the size by this from -b up to -e (default 2)\n"
       "  -n, --iters      timed iterations per size (default 20)\n"
       "  -w, --warmup_iters  untimed iterations before them, run the same way (default 5)\n"
+      "  --trials T       time the -n iterations T times over and report the median (default 1,\n"
+      "                   nccl-tests' one timed loop); small sizes take microseconds, so one\n"
+      "                   preempted thread decides a single loop's figure\n"
       "  -c, --check      verify results, counted in #wrong (default 1); never timed\n"
       "  -o, --redop      reduction of allreduce and reducescatter (default sum)\n"
       "  -d, --datatype   element type (default float)\n"
@@ -166,7 +170,8 @@ void usage(FILE *f) {
       "says so). --blocking 1 waits for each op before submitting the next, all under one name\n"
       "(latency). Raw MPI, Gloo and memcpy: blocking calls in a loop (what a user of MPI or\n"
       "Gloo writes), the same buffers.\n"
-      "Every time is the slowest rank's: an MPI_Barrier, the loop, then the MAX over ranks.\n"
+      "Every time is the slowest rank's: an MPI_Barrier, the loop, then the MAX over ranks;\n"
+      "with --trials T, that T times over (one warm-up) and the median.\n"
       "When the first size is at most 1 MiB, its whole row runs once untimed before the table:\n"
       "a process's first ops are cold.\n"
       "memcpy: every rank copies size bytes at the same time; its GB/s is the copy bound.\n"
@@ -217,6 +222,7 @@ std::vector<OptionSpec> optionSpecs(Options *o) {
        }},
       {{"-n", "--iters"}, integer(&o->iters, 1)},
       {{"-w", "--warmup_iters"}, integer(&o->warmup, 0)},
+      {{"--trials"}, integer(&o->trials, 1)},
       {{"-c", "--check"}, flag(&o->check)},
       {{"-o", "--redop"}, text(&o->redop)},
       {{"-d", "--datatype"}, text(&o->dtype)},
@@ -402,6 +408,7 @@ class Gloo {
 struct Timing {
   bool ran = false;
   double timeUs = std::nan(""), algbw = std::nan(""), busbw = std::nan("");
+  std::vector<double> trialsUs;  // each timed loop's mean per op; timeUs is their median
   int64_t wrong = 0;  // summed over ranks; only when checked
 };
 
@@ -548,18 +555,22 @@ class Bench {
     }
   }
 
-  // The timing methodology of every column: warm-up first (untimed), an MPI_Barrier, `iters`
-  // ops, then the slowest rank's elapsed time over iters. Verification never runs in here.
+  // The timing methodology of every column: warm-up first (untimed), then --trials times an
+  // MPI_Barrier, `iters` ops and the slowest rank's elapsed time over iters; the figure is the
+  // median trial. Verification never runs in here.
   template <typename F>
   Timing timeLoop(F &&body, int warmup) {
     body(warmup);
-    MPI_Barrier(MPI_COMM_WORLD);
-    const double t0 = MPI_Wtime();
-    body(opt_.iters);
-    const double elapsed = MPI_Wtime() - t0;
     Timing t;
     t.ran = true;
-    t.timeUs = slowestRank(elapsed) * 1e6 / opt_.iters;
+    for (int trial = 0; trial < opt_.trials; ++trial) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      const double t0 = MPI_Wtime();
+      body(opt_.iters);
+      const double elapsed = MPI_Wtime() - t0;
+      t.trialsUs.push_back(slowestRank(elapsed) * 1e6 / opt_.iters);
+    }
+    t.timeUs = median(t.trialsUs);
     return t;
   }
 
@@ -782,7 +793,8 @@ void writeJson(FILE *f, const Options &o, const CollInfo &c, const DType &t, con
   j.beginObject();
   j.field("collective", c.name).field("ranks", n).field("dtype", t.name);
   j.field("redop", c.reduces ? op.name : "none").field("root", c.coll == Coll::kBroadcast ? o.root : -1);
-  j.field("iters", o.iters).field("warmup", o.warmup).field("blocking", o.blocking);
+  j.field("iters", o.iters).field("warmup", o.warmup).field("trials", o.trials);
+  j.field("blocking", o.blocking);
   j.field("device", o.device);
   j.field("check", o.check).field("mpi_call", o.mpi ? c.mpiCall : "");
   j.field("gloo", glooRan);
@@ -796,6 +808,9 @@ void writeJson(FILE *f, const Options &o, const CollInfo &c, const DType &t, con
       return;
     }
     j.beginObject().field("time_us", g.timeUs);
+    j.key("trials_us").beginArray();
+    for (double us : g.trialsUs) j.value(us);
+    j.endArray();
     if (memcpy) {
       j.field("gbs", g.algbw);
     } else {
@@ -992,14 +1007,16 @@ int run(int argc, char **argv, int rank, int n) {
   const char *redop = coll->reduces ? op->name : "none";
   if (rank == 0) {
     std::printf("# hora-bench: %s, %d ranks, %s, redop %s%s, %s .. %s x%g, %d iters, %d warm-up, "
-                "check %s\n",
+                "%d trial%s, check %s\n",
                 coll->name, n, type->name, redop,
                 bcast ? (", root " + std::to_string(opt.root)).c_str() : "",
                 humanBytes(opt.minBytes).c_str(), humanBytes(opt.maxBytes).c_str(), opt.factor,
-                opt.iters, opt.warmup, opt.check ? "on" : "off");
-    std::printf("# hora: %s; time = mean per op, slowest rank\n",
+                opt.iters, opt.warmup, opt.trials, opt.trials == 1 ? "" : "s",
+                opt.check ? "on" : "off");
+    std::printf("# hora: %s; time = mean per op, slowest rank%s\n",
                 opt.blocking ? "blocking, each op waited for before the next (--blocking 1)"
-                             : "-n ops submitted async back to back, then one wait for all");
+                             : "-n ops submitted async back to back, then one wait for all",
+                opt.trials == 1 ? "" : ", median of the trials");
     // A timed loop names -n ops: past the response cache's capacity every op negotiates through
     // the coordinator, which a training step (whose names repeat) does not.
     const char *capacityText = std::getenv("HORA_CACHE_CAPACITY");

@@ -7,8 +7,9 @@ usage: tools/bench_targets.py [--runs N] [--builddir DIR] [--quick] [--json FILE
   LAUNCHER: how to start two ranks, e.g. (tools/mpirun_flags.sh's HORA_MPIRUN_BENCH_ARGS)
     mpirun --allow-run-as-root --bind-to core --mca pml ob1 --mca btl self,vader -np 2
 
-Per run: hora-bench from 4 KiB to 16 MiB (-w 40 -n 20: small ops need a warm engine), hora-bench
-at 64 and 256 MiB (-w 2 -n 3) under Open MPI's default allreduce and again under its algorithm 2
+Per run: hora-bench from 4 KiB to 16 MiB (-w 40 -n 20: small ops need a warm engine; --trials 5:
+twenty 4 KiB ops take 20 us, which one preempted thread can double), hora-bench at 64 and 256 MiB
+(-w 2 -n 3 --trials 3) under Open MPI's default allreduce and again under its algorithm 2
 (the best one here for large messages, chosen with coll_tuned MCA parameters), and hora-grads
 (ResNet-50 and ViT-B/16 steps, the 4-byte latency). Nothing here asserts a time: this prints.
 --quick shrinks every size and count, for a test that the script works.
@@ -43,12 +44,12 @@ def one_run(args, launcher, tmp):
     grads = os.path.join(args.builddir, "bench", "hora-grads")
     out = os.path.join(tmp, "out.json")
     if args.quick:
-        small = ["-b", "4K", "-e", "16K", "-f", "4", "-w", "2", "-n", "2"]
-        large = ["-b", "64K", "-e", "256K", "-f", "4", "-w", "1", "-n", "1"]
+        small = ["-b", "4K", "-e", "16K", "-f", "4", "-w", "2", "-n", "2", "--trials", "2"]
+        large = ["-b", "64K", "-e", "256K", "-f", "4", "-w", "1", "-n", "1", "--trials", "2"]
         steps = ["--steps", "1", "--warmup", "0", "--latency", "10"]
     else:
-        small = ["-b", "4K", "-e", "16M", "-f", "4", "-w", "40", "-n", "20"]
-        large = ["-b", "64M", "-e", "256M", "-f", "4", "-w", "2", "-n", "3"]
+        small = ["-b", "4K", "-e", "16M", "-f", "4", "-w", "40", "-n", "20", "--trials", "5"]
+        large = ["-b", "64M", "-e", "256M", "-f", "4", "-w", "2", "-n", "3", "--trials", "3"]
         steps = ["--steps", "10", "--warmup", "2", "--latency", "1000"]
     figures = {}
     small_rows = rows_by_size(run_json(launcher + [bench] + small + ["--gloo", "0", "--memcpy", "0",

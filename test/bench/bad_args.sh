@@ -32,6 +32,7 @@ expect_error "unknown --op gather" "$@" "$bench" --op gather
 expect_error "unknown option --bogus" "$@" "$bench" --bogus 1
 expect_error "-n needs a value" "$@" "$bench" -n
 expect_error "bad value for -b: 'lots'" "$@" "$bench" -b lots
+expect_error "bad value for --trials: '0'" "$@" "$bench" --trials 0
 expect_error "need 1 <= -b <= -e" "$@" "$bench" -b 64K -e 4K
 expect_error "unknown -d float8" "$@" "$bench" -d float8
 expect_error "-o avg needs a floating-point -d" "$@" "$bench" -d int32 -o avg

@@ -29,3 +29,17 @@ for r in rows:
     assert r["hora_over_mpi"] is not None and r["hora_over_mpi"] > 0, r
 print("ok: %d rows, columns %s" % (len(rows), ", ".join(columns)))
 ' "$tmp/rows.json"
+
+# --trials 3: every column keeps its three timed loops and reports their median.
+"$@" "$bench" -b 4K -e 16K -f 4 -n 2 -w 1 --trials 3 --json "$tmp/trials.json"
+/usr/bin/python3 -c '
+import json, statistics, sys
+d = json.load(open(sys.argv[1]))
+assert d["trials"] == 3 and d["wrong"] == 0, d
+for r in d["rows"]:
+    for c in ("hora_out_of_place", "hora_in_place", "mpi", "memcpy"):
+        trials = r[c]["trials_us"]
+        assert len(trials) == 3 and min(trials) > 0, (c, r)
+        assert abs(r[c]["time_us"] - statistics.median(trials)) <= 1e-9 * r[c]["time_us"], (c, r)
+print("ok: --trials 3 reports the median of three loops")
+' "$tmp/trials.json"
