@@ -30,6 +30,7 @@ namespace hora::bench {
 namespace {
 
 constexpr const char *kFusionKnob = "HORA_FUSION_THRESHOLD";
+constexpr const char *kTimelineKnob = "HORA_TIMELINE";
 
 struct Options {
   std::vector<std::string> models;
@@ -62,6 +63,7 @@ void usage(FILE *f) {
       "  hora (fusion on)   hora_allreduce_async per tensor with the knobs as launched (defaults\n"
       "                     unless HORA_* variables say otherwise), then hora_wait on each\n"
       "  hora (fusion off)  the same after hora_shutdown, HORA_FUSION_THRESHOLD=0, hora_init\n"
+      "                     (with HORA_TIMELINE=t.json set, it traces into t-fusion-off.json)\n"
       "  MPI per tensor     a blocking MPI_Allreduce(MPI_IN_PLACE) per tensor, reverse order\n"
       "  MPI flat           one MPI_Allreduce of the whole gradient buffer\n"
       "Step time: an MPI_Barrier, the step, then the slowest rank's elapsed time; the table gives\n"
@@ -310,10 +312,21 @@ class Step {
   float input_[7], expected_[7];
 };
 
-// hora reads its knobs at hora_init: shut down, set the knob, start again.
-void restartHora(const char *fusionThreshold) {
+// Where the fusion-off variant traces when HORA_TIMELINE is set: the launched path with
+// "-fusion-off" before its extension ("t.json" -> "t-fusion-off.json"). hora starts the
+// timeline afresh at hora_init, so the same path would lose the fusion-on trace.
+std::string unfusedTimeline(const std::string &path) {
+  const size_t slash = path.rfind('/');
+  const size_t dot = path.rfind('.');
+  const bool hasExtension = dot != std::string::npos && (slash == std::string::npos || dot > slash + 1);
+  return hasExtension ? path.substr(0, dot) + "-fusion-off" + path.substr(dot) : path + "-fusion-off";
+}
+
+// hora reads its knobs at hora_init: shut down, set the knobs, start again.
+void restartHora(const char *fusionThreshold, const std::string &timeline) {
   checkHora(hora_shutdown(), "hora_shutdown");
   setenv(kFusionKnob, fusionThreshold, 1);
+  if (!timeline.empty()) setenv(kTimelineKnob, timeline.c_str(), 1);
   checkHora(hora_init(), "hora_init (again)");
 }
 
@@ -411,6 +424,9 @@ int run(int argc, char **argv, int rank, int n) {
   const char *env = std::getenv(kFusionKnob);
   const std::string fusionEnv = env ? env : "";
   const char *launchedFusion = env ? fusionEnv.c_str() : nullptr;  // setenv may free env
+  const char *timelineEnv = std::getenv(kTimelineKnob);
+  const std::string timelineOn = timelineEnv ? timelineEnv : "";
+  const std::string timelineOff = timelineOn.empty() ? std::string() : unfusedTimeline(timelineOn);
   checkHora(hora_init(), "hora_init");
   if (hora_size() != n) failHere("hora sees " + std::to_string(hora_size()) + " ranks, MPI " +
                                  std::to_string(n));
@@ -429,6 +445,9 @@ int run(int argc, char **argv, int rank, int n) {
     if (launchedFusion && std::strtod(launchedFusion, nullptr) == 0)
       std::printf("# warning: %s=%s was set at launch, so 'fusion on' is not fused\n",
                   kFusionKnob, launchedFusion);
+    if (!timelineOff.empty())
+      std::printf("# timeline: fusion on in %s=%s, fusion off in %s\n", kTimelineKnob,
+                  timelineOn.c_str(), timelineOff.c_str());
     printRanks(stdout, ranks);
     std::printf("#\n");
     std::fflush(stdout);
@@ -460,7 +479,7 @@ int run(int argc, char **argv, int rank, int n) {
     mr.variants[kMpiPerTensor] = step.measure(opt, [&] { step.mpiPerTensor(); });
     if (mr.model.elems <= INT_MAX) mr.variants[kMpiFlat] = step.measure(opt, [&] { step.mpiFlat(); });
   }
-  restartHora("0");
+  restartHora("0", timelineOff);
   for (ModelResult &mr : results) {
     Step step(mr.model, rank, n);
     mr.variants[kHoraUnfused] = step.measure(opt, [&] { step.hora(); });
