@@ -5,18 +5,40 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 
 namespace hora {
+
+namespace {
+// include/linux/sched.h: set by do_exit() (exit_signals) before the task's files are closed.
+constexpr unsigned long kPfExiting = 0x00000004;
+}  // namespace
+
+bool procStatSaysGone(const std::string &stat) {
+  // "pid (comm) state ppid pgrp session tty_nr tpgid flags ...": the command name may hold
+  // spaces and parentheses, so fields are counted from the last ')'.
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return false;
+  std::istringstream fields(stat.substr(close + 1));
+  std::string state, skip;
+  unsigned long flags = 0;
+  if (!(fields >> state)) return false;
+  if (state == "Z" || state == "X" || state == "x") return true;
+  for (int i = 0; i < 5; ++i) {
+    if (!(fields >> skip)) return false;
+  }
+  if (!(fields >> flags)) return false;
+  return (flags & kPfExiting) != 0;
+}
 
 bool processGone(long pid) {
   if (kill(static_cast<pid_t>(pid), 0) != 0) return errno == ESRCH;
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const size_t close = stat.rfind(')');  // the command name may hold spaces and parentheses
-  return close != std::string::npos && close + 2 < stat.size() &&
-         (stat[close + 2] == 'Z' || stat[close + 2] == 'X');
+  const std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return procStatSaysGone(stat);
 }
 
 std::string hostName() {

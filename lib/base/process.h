@@ -6,9 +6,16 @@
 
 namespace hora {
 
-// A process that exited: no such process, or a zombie its parent has not reaped yet (a busy
-// launcher, or a test harness, can leave it so for a long time).
+// A process that exited or is exiting: no such process, a zombie its parent has not reaped yet
+// (a busy launcher, or a test harness, can leave it so for a long time), or one already inside
+// the kernel's exit path. The last matters for naming a killed peer: the kernel closes a dying
+// process's sockets before the process turns zombie, so a survivor's read error can arrive while
+// the peer still looks alive by its state letter alone, and on a loaded host for a long time.
 bool processGone(long pid);
+
+// The same decision from the text of /proc/<pid>/stat (pure, for tests): a state of Z or X, or
+// the kernel's PF_EXITING flag in the flags field. False for text it cannot parse.
+bool procStatSaysGone(const std::string &stat);
 
 // This host's name, as gethostname() gives it ("" if it fails).
 std::string hostName();

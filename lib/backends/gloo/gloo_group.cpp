@@ -17,6 +17,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "base/logging.h"
 #include "base/process.h"
@@ -146,6 +147,9 @@ class GlooControlPlane final : public ControlPlane {
   std::chrono::milliseconds timeout_;
 };
 
+// How long a peer-loss error waits for a named peer on this host to be seen gone (see peerIn).
+constexpr std::chrono::milliseconds kPeerExitSettle{1000};
+
 bool contains(const std::string &text, const char *needle) {
   return text.find(needle) != std::string::npos;
 }
@@ -178,8 +182,17 @@ class PeerAddressBook {
   // the peers on this host that have exited (a survivor may see a peer that left after its own
   // error before it sees the first loss), e.g. "rank 2 of 4 (pid 123, exited)" or "rank 0 of 4;
   // exited: rank 2 of 4 (pid 123)". "" if neither is known.
-  std::string peerIn(const std::string &text) const {
-    std::lock_guard<std::mutex> lock(mutex_);
+  //
+  // With `settle` > 0 (a lost connection), a named peer on this host that does not yet look gone
+  // is looked at again until `settle` has passed: a peer that closed its end on purpose (its own
+  // shutdown) may exit a moment later, and on a loaded host the survivor can read the reset
+  // before the dying peer's state says so. The wait is bounded and happens only on the error path.
+  std::string peerIn(const std::string &text, std::chrono::milliseconds settle) const {
+    std::map<std::string, Peer> peers;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      peers = byAddress_;  // not held across the waits below
+    }
     const Peer *named = nullptr;
     for (size_t open = text.find('['); open != std::string::npos && named == nullptr;
          open = text.find('[', open + 1)) {
@@ -187,15 +200,22 @@ class PeerAddressBook {
       if (close == std::string::npos) break;
       size_t end = close + 2;
       while (end < text.size() && text[end] >= '0' && text[end] <= '9') ++end;
-      auto it = byAddress_.find(text.substr(open, end - open));
-      if (it != byAddress_.end()) named = &it->second;
+      auto it = peers.find(text.substr(open, end - open));
+      if (it != peers.end()) named = &it->second;
+    }
+    const std::string here = hostName();
+    auto local = [&](const Peer &p) { return p.host == here && p.pid > 0; };
+    if (named != nullptr && local(*named) && settle.count() > 0) {
+      const auto deadline = std::chrono::steady_clock::now() + settle;
+      while (!processGone(named->pid) && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
     }
     std::string out = named != nullptr ? named->who : "";
     std::string others;
-    const std::string here = hostName();
-    for (const auto &entry : byAddress_) {
+    for (const auto &entry : peers) {
       const Peer &p = entry.second;
-      if (p.host != here || p.pid <= 0 || !processGone(p.pid)) continue;
+      if (!local(p) || !processGone(p.pid)) continue;
       if (&p == named) {
         out += detail::concat(" (pid ", p.pid, ", exited)");
       } else {
@@ -258,7 +278,8 @@ void throwGlooError(const char *what, int rank, const std::exception &e, const c
              contains(text, "Connection refused") || contains(text, "EOF")) {
     status = HORA_ERR_PEER_LOST;
   }
-  const std::string peer = PeerAddressBook::instance().peerIn(text);
+  const std::string peer = PeerAddressBook::instance().peerIn(
+      text, status == HORA_ERR_PEER_LOST ? kPeerExitSettle : std::chrono::milliseconds(0));
   throw Error(status,
               detail::concat(what, " failed on rank ", rank, " (gloo): ",
                              peer.empty() ? "" : status == HORA_ERR_PEER_LOST
