@@ -5,9 +5,15 @@
 # ThreadSanitizer (tools/sanitize.sh, in build-asan/ and build-tsan/; HORA_SANITIZERS=0 skips
 # them), and ends with one line "N passed, N failed[, N skipped]" over all of it. Exits non-zero
 # if any test did not pass.
+#
+# HORA_TEST_TIME_SCALE (default 1) stretches every time limit in the tests by one factor: meson's
+# per-test timeouts, the multi-rank watchdogs, the tests' own deadlines and the HORA_TIMEOUT_S
+# they give their jobs. Raise it on a machine that is busy with other work; tools/run_loaded.sh
+# runs the suite under load.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 builddir=${HORA_BUILDDIR:-build}
+export HORA_TEST_TIME_SCALE=${HORA_TEST_TIME_SCALE:-1}
 
 tools/setup.sh
 
@@ -21,7 +27,8 @@ ninja -C "$builddir" -j "${HORA_BUILD_JOBS:-2}"
 testlog="$builddir/meson-logs/testlog.json"
 rm -f "$testlog"
 rc=0
-meson test -C "$builddir" --no-rebuild --print-errorlogs --num-processes 2 "$@" || rc=$?
+meson test -C "$builddir" --no-rebuild --print-errorlogs --num-processes 2 \
+  --timeout-multiplier "$HORA_TEST_TIME_SCALE" "$@" || rc=$?
 
 if [ ! -s "$testlog" ]; then
   echo "run_tests.sh: meson test wrote no $testlog (exit status $rc)" >&2

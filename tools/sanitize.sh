@@ -52,10 +52,14 @@ if [ $# -eq 0 ]; then
   fi
   set -- "${selected[@]}"
 fi
-# Sanitized ranks are slower: HORA_TIMEOUT_S and the watchdog get more room. Each run writes
-# $builddir/meson-logs/testlog*.json (tools/run_tests.sh counts them).
+# Sanitized ranks are about 3x slower: every time limit gets 3x the room, through the one factor
+# the tests read (HORA_TEST_TIME_SCALE, on top of the caller's), and so does HORA_TIMEOUT_S where a
+# test does not set its own. Each run writes $builddir/meson-logs/testlog*.json (tools/run_tests.sh
+# counts them).
 rm -f "$builddir"/meson-logs/testlog*.json
-export HORA_TIMEOUT_S=120
+HORA_TEST_TIME_SCALE=$(awk -v s="${HORA_TEST_TIME_SCALE:-1}" 'BEGIN { print (s + 0 < 1 ? 1 : s) * 3 }')
+export HORA_TEST_TIME_SCALE
+export HORA_TIMEOUT_S=$(awk -v s="$HORA_TEST_TIME_SCALE" 'BEGIN { print int(40 * s) }')
 if [ "$kind" = asan ]; then
   # Open MPI's plugins are unloaded before LeakSanitizer looks, so their allocations cannot be
   # told from hora's by library name: leaks are checked in the single-process tests only.
@@ -64,13 +68,13 @@ if [ "$kind" = asan ]; then
   rc=0
   if [ ${#unit[@]} -gt 0 ]; then
     meson test -C "$builddir" --no-rebuild --print-errorlogs --num-processes 2 \
-      --timeout-multiplier 3 --logbase testlog-unit "${unit[@]}" || rc=$?
+      --timeout-multiplier "$HORA_TEST_TIME_SCALE" --logbase testlog-unit "${unit[@]}" || rc=$?
   fi
   if [ ${#multi[@]} -gt 0 ]; then
     ASAN_OPTIONS=${ASAN_OPTIONS/detect_leaks=1/detect_leaks=0} \
       meson test -C "$builddir" --no-rebuild --print-errorlogs --num-processes 2 \
-      --timeout-multiplier 3 --logbase testlog-multi "${multi[@]}" || rc=$?
+      --timeout-multiplier "$HORA_TEST_TIME_SCALE" --logbase testlog-multi "${multi[@]}" || rc=$?
   fi
   exit $rc
 fi
-meson test -C "$builddir" --no-rebuild --print-errorlogs --num-processes 2 --timeout-multiplier 3 "$@"
+meson test -C "$builddir" --no-rebuild --print-errorlogs --num-processes 2 --timeout-multiplier "$HORA_TEST_TIME_SCALE" "$@"

@@ -14,6 +14,9 @@ import tempfile
 import time
 import unittest
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from time_scale import scaled  # noqa: E402
+
 TOOL = STALL_DEMO = VICTIM = HORARUN = MPIEXEC = None
 MPI_FLAGS = ["--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "--mca", "pml", "ob1",
              "--mca", "btl", "self,vader", "--mca", "btl_vader_single_copy_mechanism", "none"]
@@ -46,7 +49,7 @@ class Check(unittest.TestCase):
 
     def check(self, want_status=1):
         done = subprocess.run([sys.executable, TOOL, self.dir.name], stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, timeout=60)
+                              stderr=subprocess.STDOUT, timeout=scaled(60))
         out = done.stdout.decode()
         self.assertEqual(done.returncode, want_status, out)
         return out
@@ -102,7 +105,7 @@ class RealJobs(unittest.TestCase):
 
     def tool(self):
         done = subprocess.run([sys.executable, TOOL, self.dir.name], stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, timeout=60)
+                              stderr=subprocess.STDOUT, timeout=scaled(60))
         return done.returncode, done.stdout.decode()
 
     def test_stalled_tensor(self):
@@ -114,7 +117,7 @@ class RealJobs(unittest.TestCase):
             "-x", "HORA_STALL_WARNING_S=1", "-x", "HORA_STALL_SHUTDOWN_S=2",
             "-x", "HORA_FLIGHT_RECORDER=" + self.pattern, "-np", "3", STALL_DEMO, "skip"]
         done = subprocess.run(cmd, env=clean_env(), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, timeout=90)
+                              stderr=subprocess.STDOUT, timeout=scaled(90))
         self.assertEqual(done.returncode, 0, done.stdout.decode())
         status, out = self.tool()
         self.assertEqual(status, 1, out)
@@ -125,18 +128,18 @@ class RealJobs(unittest.TestCase):
     def test_sigusr1_through_horarun(self):
         """SIGUSR1 to horarun reaches every rank; each writes its file while rank 1 idles."""
         env = clean_env()
-        env.update(HORA_FLIGHT_RECORDER=self.pattern, HORA_TIMEOUT_S="30")
+        env.update(HORA_FLIGHT_RECORDER=self.pattern, HORA_TIMEOUT_S=str(int(scaled(30))))
         job = subprocess.Popen([sys.executable, HORARUN, "-np", "2", STALL_DEMO, "idle"], env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                start_new_session=True)
         try:
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + scaled(30)
             files = []
             while time.monotonic() < deadline and len(files) < 2:
                 time.sleep(1)
                 job.send_signal(signal.SIGUSR1)
                 files = [f for f in os.listdir(self.dir.name) if f.endswith(".json")]
-            out, _ = job.communicate(timeout=60)
+            out, _ = job.communicate(timeout=scaled(60))
         finally:
             if job.poll() is None:
                 os.killpg(job.pid, signal.SIGKILL)
@@ -162,7 +165,7 @@ class RealJobs(unittest.TestCase):
             procs.append(subprocess.Popen([VICTIM], env=env, stdout=subprocess.DEVNULL,
                                           stderr=subprocess.DEVNULL))
         for p in procs:
-            p.wait(timeout=60)
+            p.wait(timeout=scaled(60))
         status, out = self.tool()
         self.assertEqual(status, 1, out)
         self.assertIn("2 of 3 ranks' files", out)

@@ -10,11 +10,14 @@ import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "common"))
+from time_scale import scaled  # noqa: E402  (re-exported for the launcher tests)
+
 # meson passes HORARUN; run by hand, the tests find the script in the source tree.
 HORARUN = os.environ.get("HORARUN") or os.path.join(HERE, "..", "..", "tools", "horarun")
 RANK_PROG = os.path.join(HERE, "rank_prog.py")
 # Every horarun run is bounded: a hang fails the test instead of the meson timeout.
-RUN_TIMEOUT_S = 30
+RUN_TIMEOUT_S = scaled(30)
 
 
 def rank_cmd(*words):
@@ -47,7 +50,7 @@ def start_horarun(args, env=None):
 
 
 def wait_for_files(paths, timeout=20.0):
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     while time.monotonic() < deadline:
         if all(os.path.exists(p) for p in paths):
             return True

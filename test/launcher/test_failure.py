@@ -6,10 +6,10 @@ import time
 import unittest
 
 from launcher_util import TempDirTest, clean_env, kill_leftovers, process_gone, rank_cmd, \
-    run_horarun
+    run_horarun, scaled
 
 # The ranks left running sleep 60 s; stopping them must take a small part of that.
-STOP_LIMIT_S = 10
+STOP_LIMIT_S = scaled(10)
 
 
 class RankFailure(TempDirTest):
@@ -17,7 +17,7 @@ class RankFailure(TempDirTest):
     def assert_nothing_left(self):
         pids = self.read_pids("pid.")
         self.assertTrue(pids, "the sleeping ranks never wrote their pids")
-        deadline = time.monotonic() + 3  # orphaned helpers wait for init to reap them
+        deadline = time.monotonic() + scaled(3)  # orphaned helpers wait for init to reap them
         while time.monotonic() < deadline and not all(process_gone(p) for p in pids):
             time.sleep(0.05)
         alive = [p for p in pids if not process_gone(p)]

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import unittest
 
-from launcher_util import HORARUN, TempDirTest, clean_env, run_horarun
+from launcher_util import HORARUN, TempDirTest, clean_env, run_horarun, scaled
 
 
 def option_values(words, option):
@@ -113,7 +113,7 @@ class MpirunCommand(TempDirTest):
         env = clean_env(PATH=os.path.dirname(mpirun))
         proc = subprocess.run([sys.executable, HORARUN, "-H", "a:2", "--dry-run", "./prog"],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, timeout=30, check=False)
+                              text=True, timeout=scaled(30), check=False)
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertNotIn("--mca", shlex.split(proc.stdout))
 
@@ -133,7 +133,7 @@ class RealMpirun(TempDirTest):
     def test_localhost(self):
         script = 'echo "rank=$OMPI_COMM_WORLD_RANK t=$HORA_TIMEOUT_S x=$HORA_TEST_X"'
         proc, _ = run_horarun(["-H", "localhost:2", "--pml", "ob1", "--timeout", "17",
-                               "-x", "HORA_TEST_X=5", "sh", "-c", script], timeout=60)
+                               "-x", "HORA_TEST_X=5", "sh", "-c", script], timeout=scaled(60))
         self.assertEqual(proc.returncode, 0, proc.stderr)
         lines = sorted(l for l in proc.stdout.splitlines() if "rank=" in l)
         self.assertEqual(len(lines), 2, proc.stdout)

@@ -9,7 +9,7 @@ import time
 import unittest
 
 from launcher_util import TempDirTest, clean_env, kill_leftovers, process_gone, rank_cmd, \
-    start_horarun, wait_for_files
+    scaled, start_horarun, wait_for_files
 
 NP = 3
 
@@ -27,7 +27,7 @@ class SignalForwarding(TempDirTest):
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
         try:
-            job.communicate(timeout=10)
+            job.communicate(timeout=scaled(10))
         except subprocess.TimeoutExpired:
             pass
         kill_leftovers(self.read_pids("pid."))
@@ -43,7 +43,7 @@ class SignalForwarding(TempDirTest):
             os.killpg(job.pid, sig)
         else:
             job.send_signal(sig)
-        out, err = job.communicate(timeout=20)
+        out, err = job.communicate(timeout=scaled(20))
         self.assertEqual(job.returncode, 128 + sig, err)
         name = signal.Signals(sig).name
         self.assertEqual(self.received(), {r: [name] for r in range(NP)})
@@ -65,7 +65,7 @@ class SignalForwarding(TempDirTest):
                         "SIGUSR1 did not reach every rank")
         self.assertIsNone(job.poll(), "SIGUSR1 must not stop the job")
         job.send_signal(signal.SIGTERM)
-        _, err = job.communicate(timeout=20)
+        _, err = job.communicate(timeout=scaled(20))
         self.assertEqual(job.returncode, 128 + signal.SIGTERM, err)
         self.assertEqual(self.received(), {r: ["SIGUSR1", "SIGTERM"] for r in range(NP)})
 
@@ -85,8 +85,8 @@ class SignalForwarding(TempDirTest):
         time.sleep(0.3)
         self.assertIsNone(job.poll(), "the ranks ignore SIGTERM; horarun should still wait")
         job.send_signal(signal.SIGTERM)
-        _, err = job.communicate(timeout=20)
-        self.assertLess(time.monotonic() - start, 10)
+        _, err = job.communicate(timeout=scaled(20))
+        self.assertLess(time.monotonic() - start, scaled(10))
         self.assertEqual(job.returncode, 128 + signal.SIGTERM, err)
         self.assertIn("horarun: received SIGTERM again; killing %d ranks" % NP, err)
         pids = self.read_pids("pid.")
@@ -97,7 +97,7 @@ class SignalForwarding(TempDirTest):
         # children: the helpers are cleaned up by the test).
         job = self.start_sleepers([])
         job.kill()
-        job.communicate(timeout=10)
+        job.communicate(timeout=scaled(10))
         rank_pids = []
         for r in range(NP):
             with open(self.path("pid.%d" % r)) as f:
@@ -115,7 +115,7 @@ def read_or_empty(path):
 
 def wait_for_lines(paths, timeout=10.0):
     """Waits until every file exists and holds a whole line."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     while time.monotonic() < deadline:
         if all(read_or_empty(p).endswith("\n") for p in paths):
             return True
@@ -124,7 +124,7 @@ def wait_for_lines(paths, timeout=10.0):
 
 
 def wait_gone(pids, timeout=5.0):
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     while time.monotonic() < deadline:
         if all(process_gone(p) for p in pids):
             return True

@@ -5,7 +5,8 @@
 # Usage: world_size_mismatch.sh MPIEXEC PROGRAM
 set -u
 mpiexec=$1 prog=$2
-out=$(timeout 60 "$mpiexec" --allow-run-as-root --oversubscribe -np 2 -x WORLD_SIZE=3 "$prog" 2>&1)
+. "$(dirname "$0")/../common/time_scale.sh"
+out=$(timeout "$(scaled 60)" "$mpiexec" --allow-run-as-root --oversubscribe -np 2 -x WORLD_SIZE=3 "$prog" 2>&1)
 status=$?
 fail() { echo "FAIL: $*"; echo "--- output:"; echo "$out"; exit 1; }
 [ "$status" -ne 0 ] || fail "the job succeeded"

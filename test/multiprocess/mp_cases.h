@@ -58,18 +58,10 @@ class Case {
     check();
   }
 
-  // Polls until the request completes or `seconds` pass: a test that suspects a hang (ops that
-  // may never pair up across ranks) fails with a message instead of tripping the watchdog.
+  // Polls until the request completes or `seconds` pass (scaled): a test that suspects a hang
+  // (ops that may never pair up across ranks) fails with a message instead of tripping the watchdog.
   bool completesWithin(double seconds) const {
-    if (!req_) return true;
-    const auto deadline = std::chrono::steady_clock::now() +
-                          std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
-    for (;;) {
-      int done = 0;
-      if (hora_poll(req_.get(), &done) != HORA_SUCCESS || done) return true;
-      if (std::chrono::steady_clock::now() >= deadline) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+    return !req_ || mp::completesWithin(req_.get(), seconds);
   }
 
  protected:

@@ -8,6 +8,9 @@
 #include <iomanip>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
+
+#include "time_scale.h"
 
 namespace mp {
 
@@ -387,6 +390,25 @@ std::string statusName(hora_status_t s) {
 std::string lastError() {
   const char *e = hora_last_error();
   return e ? e : "(null)";
+}
+
+bool completesWithin(hora_request_t req, double seconds, std::chrono::microseconds pause) {
+  const auto deadline = std::chrono::steady_clock::now() + hora_test::scaled(seconds);
+  for (;;) {
+    int done = 0;
+    const hora_status_t s = hora_poll(req, &done);
+    if (s != HORA_SUCCESS) {
+      ADD_FAILURE() << "hora_poll -> " << statusName(s) << ": " << lastError();
+      return true;
+    }
+    if (done) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    if (pause.count() > 0) {
+      std::this_thread::sleep_for(pause);
+    } else {
+      std::this_thread::yield();
+    }
+  }
 }
 
 ::testing::AssertionResult statusIs(const char *expectedExpr, const char *actualExpr,

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -116,6 +117,13 @@ std::string statusName(hora_status_t s);
 
 // The last error of this thread, never NULL in the message even if the runtime returns NULL.
 std::string lastError();
+
+// Polls `req` until it is done or `seconds` pass (a quiet machine's limit, stretched by
+// HORA_TEST_TIME_SCALE), pausing `pause` between polls (zero: yield). For a test that suspects a
+// hang, so that it fails with its own message instead of tripping the watchdog. A poll that
+// returns an error fails the test (naming it) and ends the wait as done: hora_wait reports why.
+bool completesWithin(hora_request_t req, double seconds,
+                     std::chrono::microseconds pause = std::chrono::milliseconds(5));
 
 // gtest predicate-formatter behind MP_EXPECT_STATUS.
 ::testing::AssertionResult statusIs(const char *expectedExpr, const char *actualExpr,

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "mp_harness.h"
+#include "time_scale.h"
 
 namespace {
 
@@ -235,12 +236,16 @@ class HoraEnvironment : public ::testing::Environment {
   }
 };
 
+// HORA_TEST_WATCHDOG_S (a quiet machine's limit) stretched by HORA_TEST_TIME_SCALE.
 double watchdogSeconds() {
   const char *s = std::getenv("HORA_TEST_WATCHDOG_S");
-  if (!s || !*s) return 120.0;
-  char *end = nullptr;
-  const double v = std::strtod(s, &end);
-  return (end && *end == '\0') ? v : 120.0;  // <= 0 disables the watchdog
+  double v = 120.0;
+  if (s && *s) {
+    char *end = nullptr;
+    const double parsed = std::strtod(s, &end);
+    if (end && *end == '\0') v = parsed;  // <= 0 disables the watchdog
+  }
+  return v * hora_test::timeScale();
 }
 
 }  // namespace

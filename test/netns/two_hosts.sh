@@ -5,6 +5,7 @@
 # Usage: two_hosts.sh PROGRAM [RANKS_PER_HOST]. Exits 77 (skipped) where namespaces are not allowed.
 set -u
 prog=$1
+. "$(dirname "$0")/../common/time_scale.sh"
 per_host=${2:-2}
 world=$((per_host * 2))
 tag=hora$$
@@ -38,7 +39,7 @@ for ((r = 0; r < world; ++r)); do
   ip netns exec "$ns" unshare --uts sh -c 'hostname "$0"; exec "$@"' "$host" \
     env -u OMPI_COMM_WORLD_SIZE -u PMI_SIZE -u PMIX_RANK \
     MASTER_ADDR="$addrA" MASTER_PORT="$port" RANK="$r" WORLD_SIZE="$world" \
-    HORA_TIMEOUT_S=60 "$prog" &
+    HORA_TIMEOUT_S="$(scaled 60)" "$prog" &
   pids+=($!)
 done
 status=0

@@ -13,6 +13,9 @@ import sys
 import time
 import unittest
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from time_scale import scaled  # noqa: E402
+
 PROGRAM = None
 RANKS = 3
 VICTIM = 1
@@ -45,10 +48,11 @@ class PeerLoss(unittest.TestCase):
         survivors = [r for r in range(RANKS) if r != VICTIM]
         try:
             # the victim stops itself at step 20, within a second of the start
-            deadline = time.monotonic() + 1 + TIMEOUT_S + 10
+            start = time.monotonic()
+            deadline = start + scaled(1 + 10) + TIMEOUT_S
             while time.monotonic() < deadline and any(procs[r].poll() is None for r in survivors):
                 time.sleep(0.05)
-            took = time.monotonic() - (deadline - 1 - TIMEOUT_S - 10)
+            took = time.monotonic() - start
             errors = {}
             for r in survivors:
                 self.assertIsNotNone(procs[r].poll(), "rank %d still running after %.1f s "
@@ -70,7 +74,10 @@ class PeerLoss(unittest.TestCase):
 
     def test_killed_rank_gloo(self):
         errors = self.run_case("kill", "off")
-        # every survivor names the dead rank (one may first see another survivor leave)
+        # every survivor names the dead rank and its pid (one may first see another survivor
+        # leave): a killed process counts as gone from the moment it enters the kernel's exit
+        # path, and a survivor gives a peer on its host a moment to get there, so this holds on
+        # a loaded machine too
         for e in errors.values():
             self.assertRegex(e, r"rank %d of %d \(pid \d+" % (VICTIM, RANKS))
 

@@ -12,6 +12,9 @@ import signal
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from time_scale import scaled  # noqa: E402  (re-exported for the test modules)
+
 PYTHON = "/usr/bin/python3"  # Debian's: numpy, torch and pytest live there
 
 
@@ -50,7 +53,7 @@ def run_ranks(np_, script, args=(), launcher="horarun", timeout=120, env=None, e
         raise AssertionError("launcher %s is not available here (have: %s)"
                              % (launcher, ", ".join(launchers())))
     run_env = dict(os.environ)
-    run_env.setdefault("HORA_TIMEOUT_S", "60")  # hora's own bound, well inside the watchdog
+    run_env.setdefault("HORA_TIMEOUT_S", str(int(scaled(60))))  # hora's bound, inside the watchdog
     run_env.setdefault("OMP_NUM_THREADS", "1")  # torch's threads would fight the ranks for cores
     if env:
         run_env.update({k: str(v) for k, v in env.items()})
@@ -58,12 +61,12 @@ def run_ranks(np_, script, args=(), launcher="horarun", timeout=120, env=None, e
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=run_env,
                             start_new_session=True)
     try:
-        out, _ = proc.communicate(timeout=timeout)
+        out, _ = proc.communicate(timeout=scaled(timeout))
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate()
         raise AssertionError("watchdog: %s did not finish in %d s; output:\n%s"
-                             % (" ".join(argv), timeout, out.decode(errors="replace")))
+                             % (" ".join(argv), scaled(timeout), out.decode(errors="replace")))
     text = out.decode(errors="replace")
     failed = proc.returncode != 0
     if failed != expect_fail:

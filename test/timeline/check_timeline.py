@@ -16,17 +16,20 @@ import subprocess
 import sys
 import tempfile
 
-TIMEOUT_S = 120  # per job: a hang fails the test instead of holding up CI
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from time_scale import scaled  # noqa: E402
+
+TIMEOUT_S = scaled(120)  # per job: a hang fails the test instead of holding up CI
 EPS_US = 0.002   # timestamps are written with 3 decimals (nanoseconds)
 
 
 def run(cmd, env):
-    full_env = dict(os.environ, HORA_TIMEOUT_S="60", **env)
+    full_env = dict(os.environ, HORA_TIMEOUT_S=str(int(scaled(60))), **env)
     try:
         out = subprocess.run(cmd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              timeout=TIMEOUT_S, text=True, start_new_session=True)
     except subprocess.TimeoutExpired as e:
-        raise SystemExit(f"FAIL: {cmd} ran past {TIMEOUT_S} s:\n{e.output}")
+        raise SystemExit(f"FAIL: {cmd} ran past {TIMEOUT_S:.0f} s:\n{e.output}")
     if out.returncode != 0:
         raise SystemExit(f"FAIL: {cmd} exited {out.returncode}:\n{out.stdout}")
     return out.stdout

@@ -36,7 +36,7 @@ def test_horovod_api_alone():
     """No launcher: a world of one, where every collective is the identity."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("OMPI_", "PMIX_", "SLURM_")) and k not in ("RANK", "WORLD_SIZE")}
-    done = subprocess.run([harness.PYTHON, WORKER], env=env, timeout=240,
+    done = subprocess.run([harness.PYTHON, WORKER], env=env, timeout=harness.scaled(240),
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     out = done.stdout.decode(errors="replace")
     assert done.returncode == 0 and "rank 0 of 1: torch checks passed" in out, out
