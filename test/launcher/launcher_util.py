@@ -26,7 +26,10 @@ def rank_cmd(*words):
 
 
 def clean_env(**extra):
-    env = dict(os.environ)
+    """This environment without HORA_* variables (horarun exports every one it sees, and the
+    tests check what it exports: a test runner's own, such as HORA_TEST_TIME_SCALE, must not
+    leak into that), plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HORA_")}
     env.pop("PYTHONUNBUFFERED", None)
     env.update(extra)
     return env

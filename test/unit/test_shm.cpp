@@ -20,6 +20,7 @@
 #include "base/dtype.h"
 #include "base/error.h"
 #include "thread_group.h"
+#include "time_scale.h"
 
 namespace hora {
 namespace {
@@ -97,7 +98,7 @@ TEST(ShmBarrier, TimesOutNamingTheRankThatNeverCame) {
     EXPECT_NE(e.message().find("for ranks 1"), std::string::npos) << e.message();
     EXPECT_NE(e.message().find("allreduce (test)"), std::string::npos) << e.message();
   }
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, hora_test::scaled(5));
 }
 
 TEST(ShmBarrier, ALostPeerIsReportedAsSuch) {
@@ -195,7 +196,7 @@ TEST(ShmBell, APeerArrivingAtTheNextBarrierWakesTheSleeper) {
       ASSERT_TRUE(bell.arm(&ticket));
       armed = true;
       const auto start = std::chrono::steady_clock::now();
-      bell.sleep(ticket, std::chrono::seconds(10));
+      bell.sleep(ticket, hora_test::scaled(10));
       slept = std::chrono::steady_clock::now() - start;
     } else {
       while (!armed) std::this_thread::yield();
@@ -203,7 +204,7 @@ TEST(ShmBell, APeerArrivingAtTheNextBarrierWakesTheSleeper) {
     }
     barrier.wait("negotiation (test)");
   });
-  EXPECT_LT(slept, std::chrono::seconds(5)) << "slept out its limit: the arrival did not ring";
+  EXPECT_LT(slept, hora_test::scaled(5)) << "slept out its limit: the arrival did not ring";
   EXPECT_EQ(state->bellArmed[0].load(), 0u);
 }
 
@@ -217,15 +218,15 @@ TEST(ShmBell, ItsOwnRankRingsIt) {
     bell.ring();
   });
   const auto start = std::chrono::steady_clock::now();
-  bell.sleep(ticket, std::chrono::seconds(10));
+  bell.sleep(ticket, hora_test::scaled(10));
   ringer.join();
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, hora_test::scaled(5));
   // A ring before the sleep starts is not lost: the ticket is stale and the sleep returns.
   ASSERT_TRUE(bell.arm(&ticket));
   bell.ring();
   const auto again = std::chrono::steady_clock::now();
-  bell.sleep(ticket, std::chrono::seconds(10));
-  EXPECT_LT(std::chrono::steady_clock::now() - again, std::chrono::seconds(5));
+  bell.sleep(ticket, hora_test::scaled(10));
+  EXPECT_LT(std::chrono::steady_clock::now() - again, hora_test::scaled(5));
 }
 
 TEST(ShmBell, NoSleepWhenAPeerHasAlreadyStartedTheNextCycle) {

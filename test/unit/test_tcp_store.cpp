@@ -17,6 +17,7 @@
 
 #include "base/error.h"
 #include "bootstrap/env/tcp_store.h"
+#include "time_scale.h"
 
 namespace hora {
 namespace {
@@ -150,7 +151,7 @@ TEST(TcpStore, GetBlocksUntilAnotherClientSets) {
   t.join();
   EXPECT_EQ(got, "value");
   EXPECT_GE(waited, 0.25);
-  EXPECT_LT(waited, 5);
+  EXPECT_LT(waited, 5 * hora_test::timeScale());
 }
 
 TEST(TcpStore, WaitReturnsOnlyWhenEveryKeyExists) {
@@ -417,7 +418,7 @@ TEST(TcpStore, ServerDestroyedWhileClientWaits) {
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   server.reset();
   t.join();
-  EXPECT_LT(since(start), 5);
+  EXPECT_LT(since(start), 5 * hora_test::timeScale());
   EXPECT_EQ(status, HORA_ERR_PEER_LOST);
   EXPECT_NE(message.find("lost the connection to the store at 127.0.0.1:" + std::to_string(port)),
             std::string::npos)

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/tensor_queue.h"
+#include "time_scale.h"
 
 namespace hora {
 namespace {
@@ -77,7 +78,7 @@ TEST(TensorQueue, BatchWindowCollectsLaterArrivalsAndFlushEndsIt) {
     std::this_thread::sleep_for(milliseconds(10));
     q.push(req("b"));
   });
-  auto got = waitAndPop(q, false, steady_clock::now(), milliseconds(200));
+  auto got = waitAndPop(q, false, steady_clock::now(), hora_test::scaled(0.2));
   producer.join();
   EXPECT_EQ(got.size(), 2u);
 
@@ -87,10 +88,10 @@ TEST(TensorQueue, BatchWindowCollectsLaterArrivalsAndFlushEndsIt) {
     q.requestFlush();
   });
   const auto t0 = steady_clock::now();
-  got = waitAndPop(q, false, steady_clock::now(), seconds(30));
+  got = waitAndPop(q, false, steady_clock::now(), hora_test::scaled(30));
   flusher.join();
   EXPECT_EQ(got.size(), 1u);
-  EXPECT_LT(steady_clock::now() - t0, seconds(10));
+  EXPECT_LT(steady_clock::now() - t0, hora_test::scaled(10));
 }
 
 // A caller thread that runs the cycle itself takes the queue while the engine thread waits out
@@ -129,7 +130,7 @@ TEST(TensorQueue, KickWakesAnIdleEngineWithNothingQueued) {
   const auto t0 = steady_clock::now();
   q.waitForWork(false, steady_clock::now(), milliseconds(200));
   kicker.join();
-  EXPECT_LT(steady_clock::now() - t0, seconds(10));
+  EXPECT_LT(steady_clock::now() - t0, hora_test::scaled(10));
   std::vector<RequestPtr> taken;
   q.popAll(taken);
   EXPECT_TRUE(taken.empty());
@@ -183,10 +184,10 @@ TEST(TensorQueue, ABusyEngineSleepsOnTheBellAndAPushRingsIt) {
     q.push(req("x"));
   });
   const auto t0 = steady_clock::now();
-  auto got = waitAndPop(q, true, steady_clock::now() + seconds(30), nanoseconds(0));
+  auto got = waitAndPop(q, true, steady_clock::now() + hora_test::scaled(30), nanoseconds(0));
   producer.join();
   ASSERT_EQ(got.size(), 1u);
-  EXPECT_LT(steady_clock::now() - t0, seconds(10)) << "the push did not ring the bell";
+  EXPECT_LT(steady_clock::now() - t0, hora_test::scaled(10)) << "the push did not ring the bell";
   EXPECT_EQ(bell.rings(), 1u);
   // Not sleeping on it: pushes and shutdown leave the bell alone.
   q.push(req("y"));
@@ -203,7 +204,7 @@ TEST(TensorQueue, ShutdownRingsTheBellAndAPeerAheadMeansNoSleep) {
     while (bell.sleeps.load() == 0) std::this_thread::yield();
     q.requestShutdown();
   });
-  auto got = waitAndPop(q, true, steady_clock::now() + seconds(30), nanoseconds(0));
+  auto got = waitAndPop(q, true, steady_clock::now() + hora_test::scaled(30), nanoseconds(0));
   stopper.join();
   EXPECT_TRUE(got.empty());
   EXPECT_EQ(bell.rings(), 1u);
@@ -213,11 +214,11 @@ TEST(TensorQueue, ShutdownRingsTheBellAndAPeerAheadMeansNoSleep) {
   ahead.peerAhead = true;  // a peer already started the next cycle: go and join it
   q2.setBell(&ahead);
   const auto t0 = steady_clock::now();
-  got = waitAndPop(q2, true, steady_clock::now() + seconds(30), nanoseconds(0));
+  got = waitAndPop(q2, true, steady_clock::now() + hora_test::scaled(30), nanoseconds(0));
   EXPECT_TRUE(got.empty());
   EXPECT_EQ(ahead.arms.load(), 1);
   EXPECT_EQ(ahead.sleeps.load(), 0);
-  EXPECT_LT(steady_clock::now() - t0, seconds(10));
+  EXPECT_LT(steady_clock::now() - t0, hora_test::scaled(10));
   q2.setBell(nullptr);
 }
 
