@@ -235,10 +235,28 @@ def errors(r, n):
                      "root out of range", "bad.root")
     check(isinstance(e, ValueError), "InvalidArgumentError is a ValueError")
 
-    first = hora.allreduce_async(np.ones(2), name="twice")
-    expect_error(hora.DuplicateNameError, lambda: hora.allreduce_async(np.ones(2), name="twice"),
-                 "a name in flight twice", "twice")
-    equal(first.wait(), np.ones(2), "the first of the duplicates completes")
+    # A name is in flight until its op completes, and nothing but the scheduler decides whether a
+    # second submission comes before that, unless the op cannot complete yet: so rank 0 submits
+    # "twice" and tries again while the other ranks hold theirs back behind a barrier. Alone, the
+    # op may complete first; then a second submission is legal, but only once the first is done.
+    if r == 0:
+        first = hora.allreduce_async(np.ones(2), op=hora.Sum, name="twice")
+        if n > 1:
+            expect_error(hora.DuplicateNameError,
+                         lambda: hora.allreduce_async(np.ones(2), name="twice"),
+                         "a name in flight twice", "twice")
+        else:
+            try:
+                second = hora.allreduce_async(np.ones(2), op=hora.Sum, name="twice")
+            except hora.DuplicateNameError:
+                pass
+            else:
+                check(first.poll(), "a second 'twice' accepted while the first was in flight")
+                equal(second.wait(), np.ones(2), "the second 'twice', alone")
+    hora.barrier()
+    if r != 0:
+        first = hora.allreduce_async(np.ones(2), op=hora.Sum, name="twice")
+    equal(first.wait(), np.full(2, float(n)), "the first of the duplicates completes")
 
     try:
         hora.allreduce(object())

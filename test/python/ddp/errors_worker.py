@@ -5,10 +5,12 @@ names the op and says why, of hora's class for it, and the group works again aft
 import datetime
 import os
 import sys
-import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "common"))
 import launch_env  # noqa: E402
+from time_scale import scaled  # noqa: E402
 
 launch_env.fill()
 
@@ -50,7 +52,7 @@ def main():
     os.environ.setdefault("HORA_TIMEOUT_S", "60")
     # a name some ranks never submit fails after 2 s (the last check below)
     os.environ["HORA_STALL_WARNING_S"] = "1"
-    os.environ["HORA_STALL_SHUTDOWN_S"] = "2"
+    os.environ["HORA_STALL_SHUTDOWN_S"] = str(scaled(2))
     # torch's debug level: ops named by their place in the group's sequence, so that ranks
     # disagreeing at one place fail at once with hora's mismatch error
     os.environ["TORCH_DISTRIBUTED_DEBUG"] = "INFO"
@@ -82,17 +84,21 @@ def main():
         else:
             expect_error(lambda: dist.broadcast(torch.ones(4), src=0), mismatch, "broadcast")
         still_works(rank, size, "ops that differ across ranks")
-        # a wait() that gives up: the op stays in flight and completes later
+        # a wait() that gives up: the op stays in flight and completes later. The other ranks
+        # submit theirs only once rank 0's wait has given up (told through the job's store), so
+        # the op cannot complete first however the ranks are scheduled.
+        store = dist.distributed_c10d._get_default_store()
         if rank == 0:
             t = torch.ones(2)
             work = dist.all_reduce(t, async_op=True)
             e = expect_error(lambda: work.wait(timeout=datetime.timedelta(milliseconds=100)),
                              hora.HoraTimeoutError, "allreduce", "still in flight")
             assert isinstance(e, TimeoutError)
+            store.set("errors_worker.gave_up", "1")
             work.wait()
             assert torch.equal(t, torch.full((2,), float(size))), t
         else:
-            time.sleep(1.0)
+            store.wait(["errors_worker.gave_up"])
             dist.all_reduce(torch.ones(2))
 
     # refused on every rank before anything reaches hora: the group's sequence stays in step
