@@ -35,8 +35,9 @@ def test_world_of_one(tmp_path):
     """No launcher: hora.init() makes a world of one."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("OMPI_", "PMIX_", "SLURM_")) and k not in ("RANK", "WORLD_SIZE")}
-    done = subprocess.run([harness.PYTHON, WORKER, str(tmp_path)], env=env, timeout=harness.scaled(120),
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    done = subprocess.run([harness.PYTHON, WORKER, str(tmp_path)], env=env,
+                          timeout=harness.scaled(120), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT)
     out = done.stdout.decode(errors="replace")
     assert done.returncode == 0 and "rank 0 of 1: core checks passed" in out, out
 
