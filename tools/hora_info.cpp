@@ -2,6 +2,7 @@
 // hora-info: the build configuration and every HORA_* knob with its default and current value.
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "base/error.h"
@@ -11,7 +12,81 @@
 #include "backends/nccl/nccl_device.h"  // no CUDA headers: a facade
 #endif
 
-int main() {
+namespace {
+
+const char kUsage[] =
+    "usage: hora-info [--knobs-markdown | --knobs-json]\n"
+    "  (no option)       the build configuration and every HORA_* knob: default, current value\n"
+    "  --knobs-markdown  the knob table of README.md (tools/update_knob_docs.sh writes it there)\n"
+    "  --knobs-json      every knob as JSON [{\"name\", \"default\", \"doc\"}] (horarun --help)\n";
+
+// A knob's doc without the `backticks` that mark code in Markdown.
+std::string plainDoc(const char *doc) {
+  std::string out;
+  for (const char *c = doc; *c != '\0'; ++c) {
+    if (*c != '`') out += *c;
+  }
+  return out;
+}
+
+std::string jsonString(const char *text) {
+  std::string out = "\"";
+  for (const char *c = text; *c != '\0'; ++c) {
+    const unsigned char u = static_cast<unsigned char>(*c);
+    if (u == '"' || u == '\\') {
+      out += '\\';
+      out += *c;
+    } else if (u < 0x20) {
+      char esc[8];
+      std::snprintf(esc, sizeof esc, "\\u%04x", u);
+      out += esc;
+    } else {
+      out += *c;
+    }
+  }
+  return out + "\"";
+}
+
+// The exact block between README.md's knobs:begin and knobs:end markers.
+void printMarkdown() {
+  std::printf("| knob | default | meaning |\n|---|---|---|\n");
+  for (const hora::KnobSpec &k : hora::knobTable()) {
+    const std::string def = k.defaultValue[0] ? "`" + std::string(k.defaultValue) + "`" : "unset";
+    std::printf("| `%s` | %s | %s |\n", k.name, def.c_str(), k.doc);
+  }
+}
+
+// Machine-readable, for horarun --help: one object per knob, in table order; docs in plain text.
+void printJson() {
+  std::printf("[\n");
+  const auto &table = hora::knobTable();
+  for (size_t i = 0; i < table.size(); ++i) {
+    const hora::KnobSpec &k = table[i];
+    std::printf("  {\"name\": %s, \"default\": %s, \"doc\": %s}%s\n", jsonString(k.name).c_str(),
+                jsonString(k.defaultValue).c_str(), jsonString(plainDoc(k.doc).c_str()).c_str(),
+                i + 1 < table.size() ? "," : "");
+  }
+  std::printf("]\n");
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  if (argc > 1) {
+    const char *mode = argv[1];
+    if (argc == 2 && std::strcmp(mode, "--knobs-markdown") == 0) {
+      printMarkdown();
+      return 0;
+    }
+    if (argc == 2 && std::strcmp(mode, "--knobs-json") == 0) {
+      printJson();
+      return 0;
+    }
+    const bool help =
+        argc == 2 && (std::strcmp(mode, "--help") == 0 || std::strcmp(mode, "-h") == 0);
+    std::fputs(kUsage, help ? stdout : stderr);
+    return help ? 0 : 2;
+  }
   std::printf("hora %s (%s build, %s)\n", HORA_VERSION, HORA_BUILDTYPE, HORA_COMPILER);
   std::printf("  bootstraps:   mpi %s, env:// and slurm %s, single yes\n",
               HORA_HAVE_MPI ? "yes" : "no (built without MPI)",
@@ -40,7 +115,7 @@ int main() {
     std::string value = k.show(current);
     if (set != nullptr) value += " (set)";
     std::printf("%-24s %-10s %-12s %s\n", k.name, k.defaultValue[0] ? k.defaultValue : "unset",
-                value.empty() ? "unset" : value.c_str(), k.doc);
+                value.empty() ? "unset" : value.c_str(), plainDoc(k.doc).c_str());
   }
   if (!error.empty()) {
     std::printf("\nerror: %s\n", error.c_str());

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The knob table. Adding a knob means adding one row here; nothing else reads the environment
-// for HORA_* settings.
+// The knob table. Adding a knob means adding one row here (and its Knobs field), then
+// tools/update_knob_docs.sh; nothing else reads the environment for HORA_* settings.
 #include "base/knobs.h"
 
 #include <cctype>
@@ -90,38 +90,40 @@ const std::vector<KnobSpec> kTable = {
        return true;
      },
      [](const Knobs &k) { return std::to_string(k.cacheCapacity); }},
-    {"HORA_CPU_BACKEND", "auto", "CPU data plane: mpi under MPI, gloo otherwise",
+    {"HORA_CPU_BACKEND", "auto",
+     "CPU data plane: `auto` (mpi under MPI, gloo otherwise), `mpi` or `gloo`",
      [](const std::string &t, Knobs &k, std::string *why) {
        return parseChoice(t, {"auto", "mpi", "gloo"}, &k.cpuBackend, why);
      },
      [](const Knobs &k) { return k.cpuBackend; }},
     {"HORA_SHM", "auto",
-     "intra-host allreduce through shared memory when every rank of a set is on one host: auto "
-     "(staged through a shared segment), cma (large tensors read straight from the peers' "
-     "memory with process_vm_readv), or off",
+     "intra-host allreduce through shared memory when every rank of a set is on one host: "
+     "`auto` stages it through a shared segment; `cma` reads large tensors straight from the "
+     "peers' memory (`process_vm_readv`); `off` leaves allreduce to MPI or Gloo",
      [](const std::string &t, Knobs &k, std::string *why) {
        return parseChoice(t, {"auto", "cma", "off"}, &k.shm, why);
      },
      [](const Knobs &k) { return k.shm; }},
     {"HORA_SHM_STREAM", "auto",
-     "how the shared-memory allreduce writes the segment: auto (non-temporal stores, through "
-     "memory, while ranks measure that they share no cache, e.g. vCPUs placed on different "
-     "CCDs or sockets; cached stores otherwise), on, or off",
+     "how the shared-memory allreduce writes its segment: `auto` uses non-temporal stores "
+     "(through memory) while a cache-line probe finds that the ranks' cores share no cache "
+     "(e.g. vCPUs on different CCDs or sockets), cached stores otherwise; `on`, `off`",
      [](const std::string &t, Knobs &k, std::string *why) {
        return parseChoice(t, {"auto", "on", "off"}, &k.shmStream, why);
      },
      [](const Knobs &k) { return k.shmStream; }},
     {"HORA_CALLER_CYCLES", "auto",
-     "auto: a thread that waits for an op (hora_wait) while the engine thread of the op's set is "
-     "idle runs the set's cycles itself, sparing two thread hand-offs (sets on one host, CPU "
-     "tensors); off: the engine thread always runs them",
+     "`auto`: a thread in `hora_wait` runs its set's cycles itself while the set's engine "
+     "thread is idle (sets on one host, CPU tensors), sparing two thread hand-offs; `off`: the "
+     "engine thread runs every cycle",
      [](const std::string &t, Knobs &k, std::string *why) {
        return parseChoice(t, {"auto", "off"}, &k.callerCycles, why);
      },
      [](const Knobs &k) { return k.callerCycles; }},
     {"HORA_THREAD_AFFINITY", "auto",
-     "CPU of the engine threads: auto (spread local ranks over the CPUs when the launcher did "
-     "not bind), off, or one CPU per local rank such as 0,8",
+     "CPU of each rank's engine threads: `auto` spreads the local ranks over the CPUs when the "
+     "launcher did not bind them (and there are at least 2 local ranks and as many CPUs), "
+     "`off`, or one CPU per local rank such as `0,8`",
      [](const std::string &t, Knobs &k, std::string *why) {
        if (t == "auto" || t == "off") {
          k.threadAffinity = t;
@@ -135,7 +137,9 @@ const std::vector<KnobSpec> kTable = {
        return true;
      },
      [](const Knobs &k) { return k.threadAffinity; }},
-    {"HORA_TIMELINE", "", "path of a Chrome-trace JSON timeline, one file per rank (trace.json: trace.rank<R>.json, or {rank} in the path)",
+    {"HORA_TIMELINE", "",
+     "path of a Chrome-trace JSON timeline, one file per rank (`trace.json` becomes "
+     "`trace.rank<R>.json`, or put `{rank}` in the path)",
      [](const std::string &t, Knobs &k, std::string *) {
        k.timeline = t;
        return true;
@@ -143,7 +147,8 @@ const std::vector<KnobSpec> kTable = {
      [](const Knobs &k) { return k.timeline; }},
     {"HORA_FLIGHT_RECORDER", "/tmp/hora-flight.{rank}.json",
      "where each rank writes its last operations on a timeout, a lost peer, a backend error or "
-     "SIGUSR1 ({rank}: the rank; off: record nothing); tools/hora-flight-check compares them",
+     "SIGUSR1 (`{rank}`: the rank; `off`: record nothing); `hora-flight-check` compares the "
+     "files of a job",
      [](const std::string &t, Knobs &k, std::string *why) {
        if (t.empty()) {
          *why = "expected a path, or off";
@@ -165,30 +170,37 @@ const std::vector<KnobSpec> kTable = {
      },
      [](const Knobs &k) { return std::to_string(k.flightRecorderOps); }},
     {"HORA_STALL_WARNING_S", "60",
-     "warn when some ranks have submitted a tensor and others have not (issue 8)",
+     "report a name that some ranks have submitted and others have not after this long, and "
+     "again at this interval, seconds (0: never)",
      [](const std::string &t, Knobs &k, std::string *why) {
        return parseDouble(t, 0, 1e9, &k.stallWarningS, why);
      },
      [](const Knobs &k) { return showDouble(k.stallWarningS); }},
-    {"HORA_STALL_SHUTDOWN_S", "0", "fail stalled requests after this long, 0 = off (issue 8)",
+    {"HORA_STALL_SHUTDOWN_S", "0",
+     "fail such a name with `HORA_ERR_TIMEOUT` on the ranks that submitted it after this long, "
+     "seconds (0: off)",
      [](const std::string &t, Knobs &k, std::string *why) {
        return parseDouble(t, 0, 1e9, &k.stallShutdownS, why);
      },
      [](const Knobs &k) { return showDouble(k.stallShutdownS); }},
     {"HORA_TIMEOUT_S", "300",
-     "longest wait for peers in negotiation before HORA_ERR_TIMEOUT, seconds",
+     "longest wait for peers, seconds: in negotiation, the env:// rendezvous and the data "
+     "planes; a collective that waits longer, or a lost peer, fails with `HORA_ERR_TIMEOUT` or "
+     "`HORA_ERR_PEER_LOST`",
      [](const std::string &t, Knobs &k, std::string *why) {
        return parseDouble(t, 0.001, 1e9, &k.timeoutS, why);
      },
      [](const Knobs &k) { return showDouble(k.timeoutS); }},
-    {"HORA_LOG_LEVEL", "warning", "trace, debug, info, warning, error",
+    {"HORA_LOG_LEVEL", "warning", "`trace`, `debug`, `info`, `warning` or `error` (any case)",
      [](const std::string &t, Knobs &k, std::string *why) {
        if (parseLogLevel(t, &k.logLevel)) return true;
        *why = "expected one of trace, debug, info, warning, error";
        return false;
      },
      [](const Knobs &k) { return std::string(logLevelName(k.logLevel)); }},
-    {"HORA_BOOTSTRAP", "auto", "how the world forms: auto, mpi, env, single",
+    {"HORA_BOOTSTRAP", "auto",
+     "how the world forms: `auto`, `mpi`, `env` (torchrun's MASTER_ADDR, RANK, WORLD_SIZE "
+     "variables) or `single` (a world of one)",
      [](const std::string &t, Knobs &k, std::string *why) {
        return parseChoice(t, {"auto", "mpi", "env", "single"}, &k.bootstrap, why);
      },

@@ -40,6 +40,8 @@ struct Knobs {
 struct KnobSpec {
   const char *name;
   const char *defaultValue;
+  // One line, no '|': README.md's knob table is generated from it (hora-info --knobs-markdown,
+  // tools/update_knob_docs.sh). `Backticks` mark code; plain-text output drops them.
   const char *doc;
   // Parses text into knobs; returns false with *why set when the text is not acceptable.
   bool (*parse)(const std::string &text, Knobs &knobs, std::string *why);

@@ -2,6 +2,7 @@
 // The knob table: defaults, parsing, and clear errors for bad values.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -52,6 +53,23 @@ TEST(Knobs, EveryDesignKnobIsInTheTable) {
                         "HORA_STALL_SHUTDOWN_S", "HORA_TIMEOUT_S", "HORA_LOG_LEVEL",
                         "HORA_BOOTSTRAP"}) {
     EXPECT_TRUE(names.count(n)) << n;
+  }
+}
+
+TEST(Knobs, EveryRowRendersAsOneMarkdownRow) {
+  // README.md's knob table is generated from these strings (hora-info --knobs-markdown): a '|'
+  // or a newline would split a row, an odd number of backticks would leave code open.
+  std::set<std::string> seen;
+  for (const KnobSpec &spec : knobTable()) {
+    const std::string name = spec.name, doc = spec.doc, def = spec.defaultValue;
+    EXPECT_EQ(name.rfind("HORA_", 0), 0u) << name;
+    EXPECT_EQ(name.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_"), std::string::npos)
+        << name;
+    EXPECT_TRUE(seen.insert(name).second) << name << " is in the table twice";
+    EXPECT_FALSE(doc.empty()) << name;
+    EXPECT_EQ(doc.find_first_of("|\n"), std::string::npos) << name << ": " << doc;
+    EXPECT_EQ(std::count(doc.begin(), doc.end(), '`') % 2, 0) << name << ": " << doc;
+    EXPECT_EQ(def.find_first_of("|`\n"), std::string::npos) << name << ": " << def;
   }
 }
 
