@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "backends/shm/shm_backend.h"
-#include "backends/shm/shm_segment.h"
+#include "backends/shm/shm_barrier.h"
 #include "base/dtype.h"
 #include "base/error.h"
 #include "thread_group.h"
