@@ -14,6 +14,7 @@
 #include "base/knobs.h"
 #include "base/logging.h"
 #include "bootstrap/bootstrap.h"
+#include "api/runtime.h"
 #include "core/engine.h"
 #include "hora_config.h"
 #if HORA_HAVE_NCCL
@@ -37,31 +38,6 @@ thread_local void *tlsCudaStream = nullptr;  // hora_cuda_set_stream: this threa
 std::mutex gLifecycle;
 std::mutex gEngineMutex;
 std::shared_ptr<Engine> gEngine;
-// Auto-names: per (process set, op) call counters, reset with each runtime.
-std::mutex gNamesMutex;
-// A completed join starts a new naming epoch in its set: ranks make different numbers of unnamed
-// calls before joining (that is what join is for), so the counters restart together after it.
-std::map<std::pair<int32_t, int>, uint64_t> gAutoNames;
-std::map<int32_t, uint64_t> gNamingEpochs;
-
-// The next auto-name of `op` in `processSet`, taken only when a request is about to be enqueued,
-// so that a call refused on one rank does not shift that rank's names.
-std::string nextAutoName(int32_t processSet, OpType op) {
-  std::lock_guard<std::mutex> lock(gNamesMutex);
-  const uint64_t n = gAutoNames[{processSet, static_cast<int>(op)}]++;
-  const uint64_t epoch = gNamingEpochs[processSet];
-  if (epoch == 0) return detail::concat(opTypeName(op), ".noname.", n);
-  return detail::concat(opTypeName(op), ".noname.", epoch, ".", n);
-}
-
-void newNamingEpoch(int32_t processSet) {
-  std::lock_guard<std::mutex> lock(gNamesMutex);
-  for (auto it = gAutoNames.begin(); it != gAutoNames.end();) {
-    it = it->first.first == processSet ? gAutoNames.erase(it) : std::next(it);
-  }
-  ++gNamingEpochs[processSet];
-}
-
 std::shared_ptr<Engine> currentEngine() {
   std::lock_guard<std::mutex> lock(gEngineMutex);
   return gEngine;
@@ -310,7 +286,7 @@ void submit(Engine &engine, Call &call, RequestMsg msg, std::vector<TensorArg> t
   std::shared_ptr<void> ready;
   if (!msg.device.isCpu()) ready = nccl_device::recordEvent(msg.device.id, tlsCudaStream);
 #endif
-  msg.name = call.autoNamed ? nextAutoName(call.processSet, call.op) : std::move(call.name);
+  msg.name = call.autoNamed ? engine.autoNames().next(call.processSet, call.op) : std::move(call.name);
   msg.op = call.op;
   auto request = std::make_shared<Request>(std::move(msg), call.processSet, std::move(tensors));
 #if HORA_HAVE_NCCL
@@ -394,14 +370,9 @@ hora_status_t hora_init(void) {
     }
     Knobs knobs = Knobs::fromEnvironment();
     setLogLevel(knobs.logLevel);
-    std::shared_ptr<Engine> engine = Engine::start(knobs);
+    std::shared_ptr<Engine> engine = startRuntime(knobs);
     // Registered after the first start, so it runs before any exit handler MPI registered then.
     std::call_once(gAtExitOnce, [] { std::atexit(stopAtExit); });
-    {
-      std::lock_guard<std::mutex> lock(gNamesMutex);
-      gAutoNames.clear();
-      gNamingEpochs.clear();
-    }
     std::lock_guard<std::mutex> lock(gEngineMutex);
     gEngine = std::move(engine);
   });
@@ -552,7 +523,7 @@ hora_status_t hora_reducescatter_async(const char *name, const DLTensor *input,
 RequestPtr runBlocking(Engine &engine, OpType op, int32_t processSet, std::vector<int64_t> args) {
   makeCall(engine, op, nullptr, processSet);
   RequestMsg msg;
-  msg.name = nextAutoName(processSet, op);
+  msg.name = engine.autoNames().next(processSet, op);
   msg.op = op;
   msg.splits = std::move(args);
   auto request = std::make_shared<Request>(std::move(msg), processSet, std::vector<TensorArg>{});
@@ -574,7 +545,7 @@ hora_status_t hora_join(int32_t process_set, int *last_joined_rank_p) {
   return guarded([&] {
     auto engine = requireEngine("join");
     RequestPtr r = runBlocking(*engine, OpType::kJoin, process_set, {});
-    newNamingEpoch(process_set);
+    engine->autoNames().newEpoch(process_set);
     if (last_joined_rank_p != nullptr) *last_joined_rank_p = static_cast<int>(r->result);
   });
 }

@@ -12,7 +12,7 @@
 #include "hora_config.h"
 #if HORA_HAVE_GLOO
 #include "backends/gloo/gloo_backend.h"
-#include "backends/gloo/gloo_group.h"
+#include "bootstrap/env/gloo_group.h"
 #endif
 #if HORA_HAVE_NCCL
 #include "backends/nccl/nccl_backend.h"
@@ -90,19 +90,6 @@ std::unique_ptr<Backend> createCpuBackend(const Knobs &knobs, Bootstrap &bootstr
   HORA_THROW(HORA_ERR_UNSUPPORTED, "no CPU backend can serve a group of ", group.size(),
              " ranks in a world formed by ", bootstrap.launcher(),
              " (HORA_CPU_BACKEND=", knobs.cpuBackend, "): ", tried);
-}
-
-std::unique_ptr<Group> createStoreGroup(std::shared_ptr<TcpStoreClient> store,
-                                        const std::string &prefix, int rank, int size,
-                                        const std::string &localAddress, double timeoutS) {
-#if HORA_HAVE_GLOO
-  return std::make_unique<GlooGroup>(std::move(store), prefix, rank, size, localAddress, timeoutS);
-#else
-  (void)store, (void)prefix, (void)rank, (void)localAddress, (void)timeoutS;
-  if (size == 1) return nullptr;
-  HORA_THROW(HORA_ERR_UNSUPPORTED, "a world formed by env:// or Slurm needs the Gloo transport, "
-             "and this build has no Gloo (meson option gloo; Debian package libgloo-dev)");
-#endif
 }
 
 std::unique_ptr<DeviceExecutor> createDeviceExecutor(ControlPlane &control, int device,

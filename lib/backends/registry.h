@@ -6,7 +6,6 @@
 
 #include "base/knobs.h"
 #include "bootstrap/bootstrap.h"
-#include "bootstrap/env/tcp_store.h"
 #include "core/backend.h"
 #include "core/device_executor.h"
 
@@ -16,12 +15,6 @@ namespace hora {
 // first if set) and returns the first that can serve this world. Throws Error(UNSUPPORTED)
 // saying which backends were considered and why each could not serve.
 std::unique_ptr<Backend> createCpuBackend(const Knobs &knobs, Bootstrap &bootstrap, Group &group);
-
-// A group over hora's TCP store (env:// and Slurm worlds): Gloo's TCP mesh, rendezvoused under
-// `prefix`. Throws Error(UNSUPPORTED) in a build without Gloo.
-std::unique_ptr<Group> createStoreGroup(std::shared_ptr<TcpStoreClient> store,
-                                        const std::string &prefix, int rank, int size,
-                                        const std::string &localAddress, double timeoutS);
 
 // The executor for tensors on `device` (a CUDA ordinal; < 0: local rank modulo the GPUs) for
 // the set behind `control`: NCCL. Collective over the set. Throws Error(UNSUPPORTED) in a build

@@ -10,6 +10,11 @@ namespace {
 class SelfBackend final : public Backend {
  public:
   const char *name() const override { return "self"; }
+  const BackendCaps &caps() const override {
+    static const BackendCaps kCaps =
+        BackendCaps::plain(/*usesSockets=*/false, BackendCaps::Scope::kOneHost);
+    return kCaps;
+  }
   void allreduce(const void *in, void *out, int64_t count, DType dtype, ReduceOp) override {
     copy(out, in, static_cast<size_t>(count) * dtypeSize(dtype));
   }

@@ -19,6 +19,7 @@ class SelfGroup final : public Group {
  public:
   ControlPlane &control() override { return plane_; }
   void poison() override {}
+  bool usesSockets() const override { return false; }
 
  private:
   SelfControlPlane plane_;

@@ -8,6 +8,7 @@
 
 #include "base/dtype.h"
 #include "core/kernels.h"
+#include "core/types.h"
 
 namespace hora {
 
@@ -27,17 +28,57 @@ class PeerBell {
   virtual void ring() = 0;
 };
 
+// What a backend can do, stated once when it is made. The engine plans every operation from this
+// description (which path an allreduce takes, which channel negotiation uses, whether a cycle may
+// write to a socket) and never probes a backend or falls back after a refusal. A description may
+// depend only on what every rank of the set agrees on, so that all ranks plan alike.
+struct BackendCaps {
+  enum class Scope : uint8_t {
+    kOneHost,  // every rank of the set on this host (shared memory)
+    kAnyHost,  // ranks anywhere the transport reaches
+  };
+  // Collectives it runs, one bit per OpType (kAllreduce ... kReducescatter).
+  uint32_t collectives = 0;
+  // dtypes allreduce and reducescatter take as they are, one bit per DType; the engine widens
+  // float16/bfloat16 to float32 around the call for a dtype without its bit.
+  uint32_t reduceDtypes = 0;
+  // allreduceSpans reduces a whole fused response where its tensors lie, with pre/post scaling
+  // and float32 accumulation of float16/bfloat16: the engine neither packs nor scales.
+  bool reducesSpansInPlace = false;
+  // Negotiation's per-cycle AND fits this backend's own channel (andWords) up to this many
+  // 64-bit words; 0: negotiation runs on the group's control plane.
+  size_t negotiationWords = 0;
+  // A cycle on this backend writes to sockets (a lost peer then means EPIPE/SIGPIPE).
+  bool usesSockets = true;
+  Scope scope = Scope::kAnyHost;
+
+  // Every collective, every dtype but float16/bfloat16, nothing more: a transport's plain offer.
+  static BackendCaps plain(bool usesSockets, Scope scope);
+
+  bool runs(OpType op) const { return (collectives >> static_cast<unsigned>(op)) & 1u; }
+  bool reduces(DType t) const { return (reduceDtypes >> static_cast<unsigned>(t)) & 1u; }
+};
+
+// The five collectives on tensors, as BackendCaps::collectives bits.
+constexpr uint32_t kAllDataCollectives =
+    (1u << static_cast<unsigned>(OpType::kAllreduce)) | (1u << static_cast<unsigned>(OpType::kBroadcast)) |
+    (1u << static_cast<unsigned>(OpType::kAllgather)) | (1u << static_cast<unsigned>(OpType::kAlltoall)) |
+    (1u << static_cast<unsigned>(OpType::kReducescatter));
+// Every dtype but float16/bfloat16: what a backend reduces with its transport's own operators.
+constexpr uint32_t kAllButHalfDtypes =
+    ((1u << kNumDTypes) - 1) & ~((1u << static_cast<unsigned>(DType::kFloat16)) |
+                                 (1u << static_cast<unsigned>(DType::kBFloat16)));
+
 // One backend instance serves one process set. Every call is collective over the set and is made
 // in the set's cycles only (one thread at a time: SetEngine's cycle lock), after negotiation has
 // established that every rank makes the same call; counts are 64-bit and the backend splits them
-// if its transport cannot.
+// if its transport cannot. The engine calls only what caps() says the backend can do.
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual const char *name() const = 0;
-  // Whether allreduce accepts float16/bfloat16 with float32 accumulation itself. When false, the
-  // engine widens to float32 around the call.
-  virtual bool reducesHalfNatively() const { return false; }
+  // Fixed for the backend's life.
+  virtual const BackendCaps &caps() const = 0;
 
   // out[i] = op over ranks of in[i]; in == out means in place. op is never kAverage (the engine
   // turns it into kSum and a scale).
@@ -48,25 +89,14 @@ class Backend {
     void *out;
     int64_t count;
   };
-  // The fast path for a whole response: the spans, concatenated, are one vector, and every
+  // Only when caps().reducesSpansInPlace: the spans, concatenated, are one vector, and every
   // element becomes postscale * (op over ranks of prescale * element); float16/bfloat16
-  // accumulate in float32 with one rounding. op is never kAverage. Returns false, touching
-  // nothing, when this backend cannot: the engine then packs and calls allreduce(). The answer
-  // may depend only on what every rank agrees on (dtype, op, number of spans, total count), so
-  // that all ranks take the same path.
-  virtual bool allreduceSpans(const std::vector<Span> &spans, DType dtype, ReduceOp op,
-                              double prescale, double postscale) {
-    (void)spans, (void)dtype, (void)op, (void)prescale, (void)postscale;
-    return false;
-  }
-  // Negotiation's one collective per cycle, when this backend has a faster channel for it than
-  // the group's control plane: bitwise AND of `words` across ranks, in place. Returns false,
-  // touching nothing, when it has none; like allreduceSpans the answer may depend only on what
-  // every rank agrees on (the length).
-  virtual bool allreduceAnd(std::vector<uint64_t> &words) {
-    (void)words;
-    return false;
-  }
+  // accumulate in float32 with one rounding. op is never kAverage.
+  virtual void allreduceSpans(const std::vector<Span> &spans, DType dtype, ReduceOp op,
+                              double prescale, double postscale);
+  // Only when caps().negotiationWords >= words.size(): bitwise AND of `words` across ranks, in
+  // place, on the backend's own channel.
+  virtual void andWords(std::vector<uint64_t> &words);
   // The bell for this rank's engine, or nullptr (the engine then backs off on a timer). Owned by
   // the backend and valid while it lives.
   virtual PeerBell *peerBell() { return nullptr; }

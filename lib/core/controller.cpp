@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "base/json.h"
 #include "base/logging.h"
+#include "core/op_table.h"
 
 namespace hora {
 namespace {
@@ -99,14 +100,7 @@ std::atomic<uint32_t> &stallReportRequests() {
 
 bool cacheable(const Response &response) {
   if (!response.ok() || !response.joined.empty()) return false;
-  switch (response.agreed.op) {
-    case OpType::kAllreduce:
-    case OpType::kBroadcast:
-    case OpType::kAllgather:
-    case OpType::kAlltoall:
-    case OpType::kReducescatter: return true;
-    default: return false;
-  }
+  return opSpec(response.agreed.op).cacheable;
 }
 
 Response checkAgreement(const std::vector<RequestMsg> &perRank) {
@@ -131,7 +125,7 @@ Response checkAgreement(const std::vector<const RequestMsg *> &perRank) {
   for (int r = 0; r < size; ++r) {
     if (perRank[static_cast<size_t>(r)] == nullptr) resp.joined.push_back(r);
   }
-  const OpType op = first.op;
+  const OpSpec &spec = opSpec(first.op);
   auto fail = [&](hora_status_t status, std::string message) {
     resp.status = status;
     resp.error = std::move(message);
@@ -145,20 +139,16 @@ Response checkAgreement(const std::vector<const RequestMsg *> &perRank) {
        [](const RequestMsg &m) { return std::string(m.device.isCpu() ? "cpu" : "cuda"); }},
       {"number of tensors", [](const RequestMsg &m) { return std::to_string(m.shapes.size()); }},
   };
-  const bool reduces = op == OpType::kAllreduce || op == OpType::kReducescatter;
-  if (reduces) {
+  if (spec.reduces) {
     fields.push_back({"reduce op", [](const RequestMsg &m) { return std::string(reduceOpName(m.reduceOp)); }});
     fields.push_back({"prescale", [](const RequestMsg &m) { return fmtDouble(m.prescale); }});
     fields.push_back({"postscale", [](const RequestMsg &m) { return fmtDouble(m.postscale); }});
   }
-  if (op == OpType::kBroadcast) {
+  if (spec.rooted) {
     fields.push_back({"root", [](const RequestMsg &m) { return std::to_string(m.root); }});
   }
-  if (op == OpType::kProcessSetCreate) {
-    fields.push_back({"ranks", [](const RequestMsg &m) { return splitsString(m.splits); }});
-  }
-  if (op == OpType::kProcessSetDestroy) {
-    fields.push_back({"process set", [](const RequestMsg &m) { return splitsString(m.splits); }});
+  if (spec.agreedSplits != nullptr) {
+    fields.push_back({spec.agreedSplits, [](const RequestMsg &m) { return splitsString(m.splits); }});
   }
   for (const auto &f : fields) {
     if (auto msg = disagreement(perRank, first, f.first, f.second)) {
@@ -166,7 +156,7 @@ Response checkAgreement(const std::vector<const RequestMsg *> &perRank) {
     }
   }
   // Shapes: allgather and alltoall may differ in the first dimension only.
-  const bool firstDimFree = op == OpType::kAllgather || op == OpType::kAlltoall;
+  const bool firstDimFree = spec.firstDimFree;
   const size_t ntensors = first.shapes.size();
   for (size_t t = 0; t < ntensors; ++t) {
     const std::string suffix = ntensors == 1 ? "" : " of tensor " + std::to_string(t);
@@ -181,19 +171,19 @@ Response checkAgreement(const std::vector<const RequestMsg *> &perRank) {
     });
     if (msg) return fail(HORA_ERR_MISMATCH, *msg);
   }
-  if (op == OpType::kBroadcast && first.root >= 0 && first.root < size &&
+  if (spec.rooted && first.root >= 0 && first.root < size &&
       perRank[static_cast<size_t>(first.root)] == nullptr) {
     return fail(HORA_ERR_INVALID_ARGUMENT,
-                detail::concat("broadcast '", first.name, "': root rank ", first.root,
+                detail::concat(spec.name, " '", first.name, "': root rank ", first.root,
                                " has joined (hora_join) and has no data to send"));
   }
-  if (op == OpType::kAllgather) {
+  if (spec.firstDims == OpSpec::FirstDims::kRows) {
     resp.firstDims.reserve(ntensors * perRank.size());
     for (size_t t = 0; t < ntensors; ++t) {
       for (const RequestMsg *m : perRank) resp.firstDims.push_back(m ? m->shapes[t].at(0) : 0);
     }
   }
-  if (op == OpType::kAlltoall) {
+  if (spec.firstDims == OpSpec::FirstDims::kSendSplits) {
     resp.firstDims.reserve(perRank.size() * perRank.size());
     for (const RequestMsg *m : perRank) {
       for (int r = 0; r < size; ++r) {

@@ -9,7 +9,6 @@
 #include <cerrno>
 #include <cstring>
 
-#include "backends/registry.h"
 #include "core/affinity.h"
 #include "base/logging.h"
 
@@ -46,28 +45,23 @@ void installStallSignal() {
   });
 }
 
-// Whether a set's cycles write to no socket: MPI's control plane and MPI's backend (Gloo's and the
-// TCP store's sockets are the others).
-bool socketFree(const Bootstrap &bootstrap, const Backend &backend) {
-  return std::strcmp(bootstrap.launcher(), "mpi") == 0 && std::strncmp(backend.name(), "mpi", 3) == 0;
-}
-
 }  // namespace
 
-std::shared_ptr<Engine> Engine::start(const Knobs &knobs) {
+std::shared_ptr<Engine> Engine::start(const Knobs &knobs, std::shared_ptr<Fabric> fabric) {
+  HORA_ENFORCE(fabric != nullptr, "Engine::start without a fabric");
   installStallSignal();
-  std::shared_ptr<Engine> engine(new Engine(knobs));
+  std::shared_ptr<Engine> engine(new Engine(knobs, std::move(fabric)));
   Engine *e = engine.get();
   auto setup = [e]() {
-    e->bootstrap_ = createBootstrap(e->knobs_);
+    e->bootstrap_ = e->fabric_->formWorld();
     e->topology_ = e->bootstrap_->topology();
     e->launcher_ = e->bootstrap_->launcher();
     e->rendezvousPoint_ = e->bootstrap_->rendezvousPoint();
     setLogRank(e->topology_.rank);
     SetEngine::Parts parts;
     parts.group = e->bootstrap_->worldGroup();
-    parts.backend = createCpuBackend(e->knobs_, *e->bootstrap_, *parts.group);
-    parts.socketFree = socketFree(*e->bootstrap_, *parts.backend);
+    parts.backend = e->fabric_->cpuBackend(*e->bootstrap_, *parts.group);
+    parts.fabric = e->fabric_.get();
     e->engineCpu_ = engineCpuForThisProcess(e->knobs_.threadAffinity, e->topology_.localRank,
                                             e->topology_.localSize);
     parts.cpu = e->engineCpu_;
@@ -121,7 +115,8 @@ std::shared_ptr<Engine> Engine::start(const Knobs &knobs) {
   return engine;
 }
 
-Engine::Engine(const Knobs &knobs) : knobs_(knobs) {}
+Engine::Engine(const Knobs &knobs, std::shared_ptr<Fabric> fabric)
+    : knobs_(knobs), fabric_(std::move(fabric)) {}
 
 Engine::~Engine() {
   shutdown();
@@ -255,8 +250,8 @@ void Engine::runSetOp(Request *request, const Response &response) {
       auto setup = [this, g]() {
         SetEngine::Parts parts;
         parts.group.reset(g);
-        parts.backend = createCpuBackend(knobs_, *bootstrap_, *parts.group);
-        parts.socketFree = socketFree(*bootstrap_, *parts.backend);
+        parts.backend = fabric_->cpuBackend(*bootstrap_, *parts.group);
+        parts.fabric = fabric_.get();
         parts.cpu = engineCpu_;  // every engine of a rank on its one CPU
         parts.localRank = topology_.localRank;
         parts.timeline = timeline_.get();

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/auto_names.h"
 #include "core/set_engine.h"
 #include "core/flight_recorder.h"
 #include "core/timeline.h"
@@ -15,9 +16,9 @@ namespace hora {
 
 class Engine final : private SetOpHandler {
  public:
-  // Forms the world on the world set's thread (bootstrap, backend) and returns once that is
-  // done. Throws Error with that thread's real init status on failure.
-  static std::shared_ptr<Engine> start(const Knobs &knobs);
+  // Forms the world on the world set's thread (fabric's bootstrap and backend) and returns once
+  // that is done. Throws Error with that thread's real init status on failure.
+  static std::shared_ptr<Engine> start(const Knobs &knobs, std::shared_ptr<Fabric> fabric);
   ~Engine() override;
   Engine(const Engine &) = delete;
   Engine &operator=(const Engine &) = delete;
@@ -46,17 +47,22 @@ class Engine final : private SetOpHandler {
   int processSetSize(int32_t id) const;
   int processSetRank(int32_t id) const;
 
+  // Names for unnamed requests, counted from this runtime's start.
+  AutoNames &autoNames() { return autoNames_; }
+
   // hora_timeline_start/stop and HORA_TIMELINE: this rank's file; every set's engine records in it.
   Timeline &timeline();
 
  private:
-  explicit Engine(const Knobs &knobs);
+  Engine(const Knobs &knobs, std::shared_ptr<Fabric> fabric);
   void runSetOp(Request *request, const Response &response) override;
   void worldStopped() override;
   // Asks every set to stop (sets, then the world) and waits for each, bounded by `limit` if set.
   bool stopAll(const std::chrono::milliseconds *limit);
 
   const Knobs knobs_;
+  const std::shared_ptr<Fabric> fabric_;
+  AutoNames autoNames_;  // what the world, its groups and their backends come from
   // Made on the world thread during start(); outlives every set's thread, which records in it.
   std::unique_ptr<Timeline> timeline_;
   std::unique_ptr<FlightRecorder> flight_;  // the same

@@ -37,12 +37,13 @@ void Executor::allreduce(const std::vector<Request *> &requests, const Response 
       total += t.numel;
     }
   }
-  {
+  if (backend_.caps().reducesSpansInPlace) {
     Step step(*this, "REDUCE_IN_PLACE");
-    if (backend_.allreduceSpans(spans, dtype, wireOp, pre, post)) return;
+    backend_.allreduceSpans(spans, dtype, wireOp, pre, post);
+    return;
   }
 
-  const bool widen = isHalf(dtype) && !backend_.reducesHalfNatively();
+  const bool widen = isHalf(dtype) && !backend_.caps().reduces(dtype);
 
   if (!widen && tensors.size() == 1) {
     const TensorArg &t = tensors[0];
@@ -244,7 +245,7 @@ void Executor::reducescatter(const std::vector<Request *> &requests,
     total += at;
   }
   const int64_t mine = counts[me];
-  const bool widen = isHalf(dtype) && !backend_.reducesHalfNatively();
+  const bool widen = isHalf(dtype) && !backend_.caps().reduces(dtype);
 
   if (!widen && items.size() == 1) {
     const Item &item = items[0];

@@ -1,20 +1,22 @@
 // SPDX-License-Identifier: Apache-2.0
-// Greedy first-fit fusion over compatible allreduces.
+// Greedy first-fit fusion over compatible responses (the op table says which may fuse).
 #include "core/fusion_planner.h"
 
 #include <algorithm>
+
+#include "core/op_table.h"
 
 namespace hora {
 namespace {
 
 bool fusible(const Response &r) {
   if (!r.ok()) return false;
-  switch (r.agreed.op) {
-    case OpType::kAllreduce: return true;
-    case OpType::kAllgather:
-    case OpType::kReducescatter: return r.agreed.shapes.size() == 1;
-    default: return false;
+  switch (opSpec(r.agreed.op).fusion) {
+    case OpSpec::Fusion::kAlways: return true;
+    case OpSpec::Fusion::kSingleTensor: return r.agreed.shapes.size() == 1;
+    case OpSpec::Fusion::kNever: return false;
   }
+  return false;
 }
 
 bool compatible(const Response &a, const Response &b) {
@@ -22,7 +24,7 @@ bool compatible(const Response &a, const Response &b) {
   if (x.op != y.op || x.dtype != y.dtype || x.device != y.device || a.joined != b.joined) {
     return false;
   }
-  if (x.op == OpType::kAllgather) return true;
+  if (!opSpec(x.op).reduces) return true;
   return x.reduceOp == y.reduceOp && x.prescale == y.prescale && x.postscale == y.postscale;
 }
 
@@ -31,7 +33,8 @@ bool compatible(const Response &a, const Response &b) {
 int64_t responseBytes(const Response &response) {
   const RequestMsg &m = response.agreed;
   const int64_t esize = static_cast<int64_t>(dtypeSize(m.dtype));
-  if (m.op == OpType::kAllgather && m.shapes.size() == 1 && !m.shapes[0].empty()) {
+  if (opSpec(m.op).firstDims == OpSpec::FirstDims::kRows && m.shapes.size() == 1 &&
+      !m.shapes[0].empty()) {
     // The gathered output: every rank's rows.
     int64_t rows = 0, rowElems = 1;
     for (int64_t r : response.firstDims) rows += r;

@@ -11,21 +11,6 @@
 
 namespace hora {
 
-const char *opTypeName(OpType op) {
-  switch (op) {
-    case OpType::kAllreduce: return "allreduce";
-    case OpType::kBroadcast: return "broadcast";
-    case OpType::kAllgather: return "allgather";
-    case OpType::kAlltoall: return "alltoall";
-    case OpType::kReducescatter: return "reducescatter";
-    case OpType::kBarrier: return "barrier";
-    case OpType::kJoin: return "join";
-    case OpType::kProcessSetCreate: return "process_set_create";
-    case OpType::kProcessSetDestroy: return "process_set_destroy";
-  }
-  return "unknown-op";
-}
-
 std::string Device::str() const {
   if (type == 1) return "cpu";
   if (type == 2) return "cuda:" + std::to_string(id);

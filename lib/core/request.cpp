@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/op_table.h"
+
 namespace hora {
 
 Request::Request(RequestMsg msg, int32_t processSet, std::vector<TensorArg> tensors)
@@ -22,14 +24,17 @@ int64_t Request::bytes() const {
 std::shared_ptr<Request> Request::standIn(const Response &response, int32_t processSet) {
   RequestMsg msg = response.agreed;
   const size_t esize = dtypeSize(msg.dtype);
-  const bool noRows = msg.op == OpType::kAllgather || msg.op == OpType::kAlltoall;
+  const OpSpec &spec = opSpec(msg.op);
+  const bool noRows = spec.firstDimFree;
   for (Shape &s : msg.shapes) {
     if (noRows && !s.empty()) s[0] = 0;
   }
-  if (msg.op == OpType::kAlltoall) std::fill(msg.splits.begin(), msg.splits.end(), 0);
+  if (spec.firstDims == OpSpec::FirstDims::kSendSplits) {
+    std::fill(msg.splits.begin(), msg.splits.end(), 0);
+  }
   auto request = std::make_shared<Request>(msg, processSet, std::vector<TensorArg>{});
   request->standIn_ = true;
-  if (msg.op == OpType::kBarrier || msg.op == OpType::kJoin) return request;
+  if (!spec.carriesTensors) return request;
   for (const Shape &s : msg.shapes) {
     const int64_t n = numElements(s);
     request->scratch_.emplace_back(static_cast<size_t>(n) * esize + 1, uint8_t{0});

@@ -92,7 +92,7 @@ class Request {
 
   // This mutex protects: done_, status_.
   mutable std::mutex mutex_;
-  mutable std::condition_variable cv_;
+  mutable std::condition_variable cv_;  // with mutex_: waiters wait for done_
   bool done_ = false;
   Status status_;
 };

@@ -8,24 +8,28 @@
 
 #include <algorithm>
 
-#include "backends/registry.h"
 #include "base/logging.h"
 #include "core/affinity.h"
 #include "core/fusion_planner.h"
+#include "core/op_table.h"
 
 namespace hora {
 namespace {
 
-// The group's control plane, except that the per-cycle AND goes through the backend when it has a
-// faster channel for it (backends/shm on one host). Every rank makes the same choice: it depends
-// only on the vector's length.
+// The group's control plane, except that the per-cycle AND goes through the backend when its
+// capabilities offer a channel for it (backends/shm on one host). Every rank makes the same choice:
+// it depends only on the vector's length.
 class NegotiationPlane final : public ControlPlane {
  public:
   NegotiationPlane(ControlPlane &group, Backend &backend) : group_(group), backend_(backend) {}
   int rank() const override { return group_.rank(); }
   int size() const override { return group_.size(); }
   void allreduceAnd(std::vector<uint64_t> &words) override {
-    if (!backend_.allreduceAnd(words)) group_.allreduceAnd(words);
+    if (words.size() <= backend_.caps().negotiationWords) {
+      backend_.andWords(words);
+    } else {
+      group_.allreduceAnd(words);
+    }
   }
   std::vector<std::string> gatherToRoot(const std::string &blob) override {
     return group_.gatherToRoot(blob);
@@ -36,6 +40,10 @@ class NegotiationPlane final : public ControlPlane {
   ControlPlane &group_;
   Backend &backend_;
 };
+
+// A collective on tensors, which the set's backend runs (barrier, join and set ops are
+// negotiation alone).
+bool opTouchesBackend(const OpSpec &spec) { return spec.runDevice != nullptr; }
 
 }  // namespace
 
@@ -109,7 +117,9 @@ void SetEngine::threadMain(const std::function<Parts()> &setup, std::promise<Sta
     }
     queue_.setBell(parts_.backend->peerBell());  // before `started`: nobody pushes yet
     callerCycles_ = knobs_.callerCycles != "off" && parts_.backend->peerBell() != nullptr;
-    socketFree_ = parts_.socketFree;
+    // No sockets in a cycle (MPI's control plane and data plane): a write to a lost peer cannot
+    // raise SIGPIPE in a thread that runs a cycle (see drive()).
+    socketFree_ = !parts_.group->usesSockets() && !parts_.backend->caps().usesSockets;
   } catch (const Error &e) {
     started->set_value(e.toStatus());
     exited_.set_value();
@@ -311,20 +321,13 @@ void SetEngine::execute(const std::vector<const Response *> &responses) {
       }
     } else {
       try {
-        switch (first.agreed.op) {
-          case OpType::kAllreduce: executor_->allreduce(requests, first); break;
-          case OpType::kBroadcast: executor_->broadcast(*requests[0], first); break;
-          case OpType::kAllgather: executor_->allgather(requests, members); break;
-          case OpType::kAlltoall: executor_->alltoall(*requests[0], first); break;
-          case OpType::kReducescatter: executor_->reducescatter(requests, members); break;
-          case OpType::kBarrier: break;  // negotiation itself waited for every rank
-          case OpType::kJoin: requests[0]->result = first.firstDims.at(0); break;
-          case OpType::kProcessSetCreate:
-          case OpType::kProcessSetDestroy:
-            HORA_ENFORCE(handler_ != nullptr, opTypeName(first.agreed.op), " outside the world set");
-            handler_->runSetOp(requests[0], first);
-            break;
+        const OpSpec &spec = opSpec(first.agreed.op);
+        if (opTouchesBackend(spec) && !parts_.backend->caps().runs(first.agreed.op)) {
+          HORA_THROW(HORA_ERR_UNSUPPORTED, spec.name, " '", first.agreed.name, "': backend ",
+                     backendName_, " of process set ", id_, " does not run it");
         }
+        spec.runCpu(OpRun{requests, members, executor_.get(), nullptr, handler_,
+                          size_ - static_cast<int>(first.joined.size())});
       } catch (const Error &e) {
         if (blastRadius(e.status()) != BlastRadius::kThisOp) throw;
         status = e.toStatus();
@@ -346,18 +349,7 @@ void SetEngine::execute(const std::vector<const Response *> &responses) {
 void SetEngine::trace(const std::vector<Request *> &requests, const Response &first,
                       Timeline::Clock::time_point began) {
   const Timeline::Clock::time_point ended = Timeline::Clock::now();
-  const char *op = "OP";
-  switch (first.agreed.op) {
-    case OpType::kAllreduce: op = "ALLREDUCE"; break;
-    case OpType::kBroadcast: op = "BROADCAST"; break;
-    case OpType::kAllgather: op = "ALLGATHER"; break;
-    case OpType::kAlltoall: op = "ALLTOALL"; break;
-    case OpType::kReducescatter: op = "REDUCESCATTER"; break;
-    case OpType::kBarrier: op = "BARRIER"; break;
-    case OpType::kJoin: op = "JOIN"; break;
-    case OpType::kProcessSetCreate: op = "PROCESS_SET_CREATE"; break;
-    case OpType::kProcessSetDestroy: op = "PROCESS_SET_DESTROY"; break;
-  }
+  const char *op = opSpec(first.agreed.op).timelineName;
   int tensors = 0;
   int64_t bytes = 0;
   for (Request *r : requests) {
@@ -379,26 +371,15 @@ void SetEngine::executeOnDevice(const std::vector<Request *> &requests,
   if (!device_) {
     // This rank's GPU: its tensors' (submit() keeps them on one); a rank that joined before its
     // first CUDA op has none, and takes its local rank's.
-    device_ = createDeviceExecutor(parts_.group->control(), cudaDevice_.load(), parts_.localRank,
-                                   knobs_);
+    device_ = parts_.fabric->deviceExecutor(parts_.group->control(), cudaDevice_.load(),
+                                            parts_.localRank);
   }
-  const int contributors = size_ - static_cast<int>(first.joined.size());
-  switch (first.agreed.op) {
-    case OpType::kAllreduce: device_->allreduce(requests, first, contributors); break;
-    case OpType::kBroadcast: device_->broadcast(*requests[0], first); break;
-    case OpType::kAlltoall: device_->alltoall(*requests[0], first); break;
-    case OpType::kAllgather:
-      for (size_t i = 0; i < requests.size(); ++i) device_->allgather(*requests[i], *members[i]);
-      break;
-    case OpType::kReducescatter:
-      for (size_t i = 0; i < requests.size(); ++i) {
-        device_->reducescatter(*requests[i], *members[i], contributors);
-      }
-      break;
-    default:
-      HORA_THROW(HORA_ERR_INTERNAL, opTypeName(first.agreed.op), " '", first.agreed.name,
-                 "' on a device");
+  const OpSpec &spec = opSpec(first.agreed.op);
+  if (spec.runDevice == nullptr) {
+    HORA_THROW(HORA_ERR_INTERNAL, spec.name, " '", first.agreed.name, "' on a device");
   }
+  spec.runDevice(OpRun{requests, members, nullptr, device_.get(), handler_,
+                       size_ - static_cast<int>(first.joined.size())});
 }
 
 void SetEngine::submit(RequestPtr request) {

@@ -10,7 +10,6 @@
 #include <thread>
 
 #include "base/knobs.h"
-#include "bootstrap/bootstrap.h"
 #include "core/backend.h"
 #include "core/controller.h"
 #include "core/device_executor.h"
@@ -18,6 +17,7 @@
 #include "core/flight_recorder.h"
 #include "core/tensor_queue.h"
 #include "core/timeline.h"
+#include "core/world.h"
 
 namespace hora {
 
@@ -43,13 +43,11 @@ class SetEngine {
   struct Parts {
     std::unique_ptr<Group> group;
     std::unique_ptr<Backend> backend;
+    Fabric *fabric = nullptr;  // makes the set's device executor at its first CUDA response
     int cpu = -1;  // the CPU the thread binds itself to (HORA_THREAD_AFFINITY), -1 for none
     int localRank = 0;  // this rank's on its host: its GPU when no tensor names one
     Timeline *timeline = nullptr;  // the runtime's, recorded in while it is active
     FlightRecorder *flight = nullptr;  // the runtime's, always recording (unless off)
-    // No sockets in a cycle (MPI bootstrap, MPI backend): a write to a lost peer cannot raise
-    // SIGPIPE in a thread that runs a cycle (see drive()).
-    bool socketFree = false;
   };
   // Starts the thread, which runs `setup` to get its group and backend, and returns once that is
   // done. Throws Error with the status setup failed with.

@@ -62,7 +62,7 @@ class TensorQueue {
   // waitsForWork_, onBell_ (the engine sleeps on the bell: wake it there).
   PeerBell *bell_ = nullptr;
   mutable std::mutex mutex_;
-  std::condition_variable cv_;
+  std::condition_variable cv_;  // with mutex_: the engine waits for work, a flush, a kick or shutdown
   std::deque<RequestPtr> queue_;
   // The names of the requests in queue_ or being negotiated and run: views of each request's own
   // name, which outlives its entry (the engine releases the name before it lets go of the

@@ -79,7 +79,7 @@ class Timeline {
   std::atomic<bool> active_{false};
   // This mutex protects: file_, path_, events_, newRows_, rows_, stopping_, writer_.
   mutable std::mutex mutex_;
-  std::condition_variable wake_;
+  std::condition_variable wake_;  // with mutex_: the writer thread waits for events or stopping_
   FILE *file_ = nullptr;
   std::string path_;
   std::vector<Event> events_;

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "core/engine.h"
+#include "api/runtime.h"
 
 namespace hora {
 namespace {
@@ -30,7 +30,7 @@ RequestPtr allreduce(const std::string &name, std::vector<float> &in, std::vecto
 }
 
 TEST(EngineSingle, StartsAsAWorldOfOne) {
-  auto engine = Engine::start(singleKnobs());
+  auto engine = startRuntime(singleKnobs());
   EXPECT_TRUE(engine->running());
   EXPECT_EQ(engine->topology().rank, 0);
   EXPECT_EQ(engine->topology().size, 1);
@@ -49,7 +49,7 @@ TEST(EngineSingle, InitFailureReturnsTheThreadsRealStatus) {
   Knobs k;
   k.bootstrap = "env";
   try {
-    Engine::start(k);
+    startRuntime(k);
     FAIL() << "started";
   } catch (const Error &e) {
     EXPECT_EQ(e.status(), HORA_ERR_INVALID_ARGUMENT);
@@ -58,7 +58,7 @@ TEST(EngineSingle, InitFailureReturnsTheThreadsRealStatus) {
 }
 
 TEST(EngineSingle, AllreduceWithScalingFusedAndAlone) {
-  auto engine = Engine::start(singleKnobs());
+  auto engine = startRuntime(singleKnobs());
   std::vector<std::vector<float>> ins, outs;
   for (int t = 0; t < 50; ++t) {
     ins.emplace_back(static_cast<size_t>(t + 1));
@@ -84,7 +84,7 @@ TEST(EngineSingle, AllreduceWithScalingFusedAndAlone) {
 }
 
 TEST(EngineSingle, Float16IsWidenedAndNarrowed) {
-  auto engine = Engine::start(singleKnobs());
+  auto engine = startRuntime(singleKnobs());
   std::vector<uint16_t> a = {floatToHalf(1.5f), floatToHalf(-2.0f), floatToHalf(1000.0f)};
   std::vector<uint16_t> b(3, 0);
   RequestMsg m;
@@ -102,7 +102,7 @@ TEST(EngineSingle, Float16IsWidenedAndNarrowed) {
 }
 
 TEST(EngineSingle, AllgatherOwnsItsOutput) {
-  auto engine = Engine::start(singleKnobs());
+  auto engine = startRuntime(singleKnobs());
   std::vector<int64_t> in = {1, 2, 3, 4, 5, 6};
   RequestMsg m;
   m.name = "g";
@@ -125,7 +125,7 @@ TEST(EngineSingle, AllgatherOwnsItsOutput) {
 }
 
 TEST(EngineSingle, DuplicateNamesAndSubmitAfterShutdown) {
-  auto engine = Engine::start(singleKnobs());
+  auto engine = startRuntime(singleKnobs());
   std::vector<float> in(4, 1.0f), out(4);
   auto first = allreduce("dup", in, out);
   engine->submit(first);
@@ -149,7 +149,7 @@ TEST(EngineSingle, DuplicateNamesAndSubmitAfterShutdown) {
 }
 
 TEST(EngineSingle, ShutdownCompletesEverythingQueued) {
-  auto engine = Engine::start(singleKnobs());
+  auto engine = startRuntime(singleKnobs());
   std::vector<float> in(1000, 2.0f);
   std::vector<std::vector<float>> outs(200, std::vector<float>(1000));
   std::vector<RequestPtr> reqs;

@@ -34,6 +34,7 @@ class ThreadRankGroup final : public Group {
   ThreadRankGroup(ThreadGroup &group, int rank) : plane_(group, rank) {}
   ControlPlane &control() override { return plane_; }
   void poison() override {}
+  bool usesSockets() const override { return false; }
 
  private:
   ThreadControlPlane plane_;
@@ -43,6 +44,11 @@ class ThreadRankGroup final : public Group {
 class InnerBackend final : public Backend {
  public:
   const char *name() const override { return "inner"; }
+  const BackendCaps &caps() const override {
+    static const BackendCaps kCaps =
+        BackendCaps::plain(/*usesSockets=*/true, BackendCaps::Scope::kAnyHost);
+    return kCaps;
+  }
   void allreduce(const void *, void *, int64_t, DType, ReduceOp) override { ++allreduces; }
   void broadcast(void *, int64_t, int) override { ++others; }
   void allgatherv(const void *, void *, const std::vector<int64_t> &) override { ++others; }
@@ -301,7 +307,7 @@ TEST_P(ShmAllreduce, SumAndMaxWithScalingMatchAnIndependentSum) {
       for (int64_t j = 0; j < total; ++j) mine[static_cast<size_t>(j)] = value(r, j);
       RankData d = cutVector(r, total, inPlace, mine);
       // Sum with prescale 2 and postscale 0.25: exact in float32 for these small integers.
-      ASSERT_TRUE(b->allreduceSpans(d.spans, DType::kFloat32, ReduceOp::kSum, 2.0, 0.25));
+      b->allreduceSpans(d.spans, DType::kFloat32, ReduceOp::kSum, 2.0, 0.25);
       int64_t j = 0;
       for (const Backend::Span &s : d.spans) {
         const float *o = static_cast<const float *>(s.out);
@@ -318,7 +324,7 @@ TEST_P(ShmAllreduce, SumAndMaxWithScalingMatchAnIndependentSum) {
         }
       }
       d = cutVector(r, total, inPlace, mine);
-      ASSERT_TRUE(b->allreduceSpans(d.spans, DType::kFloat32, ReduceOp::kMax, 1.0, 1.0));
+      b->allreduceSpans(d.spans, DType::kFloat32, ReduceOp::kMax, 1.0, 1.0);
       j = 0;
       for (const Backend::Span &s : d.spans) {
         const float *o = static_cast<const float *>(s.out);
@@ -364,7 +370,7 @@ TEST(ShmBackend, MoreTensorsThanTheTableHoldsAreStaged) {
         for (size_t k = 0; k < 9; ++k) t[i][k] = static_cast<double>(i * 9 + k) * (r + 1);
         spans.push_back({t[i].data(), t[i].data(), 9});
       }
-      ASSERT_TRUE(b->allreduceSpans(spans, DType::kFloat64, ReduceOp::kSum, 1.0, 1.0));
+      b->allreduceSpans(spans, DType::kFloat64, ReduceOp::kSum, 1.0, 1.0);
       for (size_t i = 0; i < tensors; ++i) {
         for (size_t k = 0; k < 9; ++k) {
           ASSERT_EQ(t[i][k], 3.0 * static_cast<double>(i * 9 + k)) << tensors << " tensors, " << i;
@@ -404,7 +410,7 @@ TEST(ShmBackend, SingleCopyHalfPrecisionMatchesAnIndependentSum) {
         spans.push_back({in16[i].data(), inPlace ? in16[i].data() : out16[i].data(),
                          static_cast<int64_t>(in16[i].size())});
       }
-      ASSERT_TRUE(b->allreduceSpans(spans, DType::kFloat16, ReduceOp::kSum, 1.0, 1.0));
+      b->allreduceSpans(spans, DType::kFloat16, ReduceOp::kSum, 1.0, 1.0);
       int64_t j = 0;
       for (const Backend::Span &s : spans) {
         const uint16_t *got = static_cast<const uint16_t *>(s.out);
@@ -428,17 +434,39 @@ TEST(ShmBackend, NegotiationAndMatchesABitwiseAndOfEveryRank) {
     for (uint64_t round = 0; round < 200; ++round) {
       // Rank r clears bit (round + r) % 64 of word 0 and every bit of word 1 but its own.
       std::vector<uint64_t> words{~(uint64_t{1} << ((round + r) % 64)), uint64_t{1} << r | 8, ~uint64_t{0}};
-      ASSERT_TRUE(b->allreduceAnd(words));
+      ASSERT_GE(b->caps().negotiationWords, words.size());
+      b->andWords(words);
       uint64_t expect0 = ~uint64_t{0};
       for (int q = 0; q < kRanks; ++q) expect0 &= ~(uint64_t{1} << ((round + q) % 64));
       ASSERT_EQ(words[0], expect0) << "round " << round;
       ASSERT_EQ(words[1], uint64_t{8});
       ASSERT_EQ(words[2], ~uint64_t{0});
     }
-    // Longer than the segment's vector halves: declined, so the group's plane does it.
+    // Longer than the segment's vector halves: the capabilities say so, and the engine then
+    // negotiates on the group's plane; asked anyway, the backend refuses without touching it.
     std::vector<uint64_t> huge(100000, 5);
-    EXPECT_FALSE(b->allreduceAnd(huge));
+    EXPECT_LT(b->caps().negotiationWords, huge.size());
+    EXPECT_THROW(b->andWords(huge), Error);
     EXPECT_EQ(huge[0], 5u);
+  });
+}
+
+TEST(ShmBackend, StatesWhatItAddsToItsInnerBackend) {
+  ThreadGroup tg(2);
+  runRanks(2, [&](int r) {
+    std::string why;
+    std::unique_ptr<Backend> b = makeShm(tg, r, Knobs{}, &why);
+    ASSERT_TRUE(why.empty()) << why;
+    const BackendCaps &caps = b->caps();
+    EXPECT_TRUE(caps.reducesSpansInPlace);
+    EXPECT_EQ(caps.negotiationWords, size_t{64 << 10} / sizeof(uint64_t));
+    EXPECT_EQ(caps.scope, BackendCaps::Scope::kOneHost);
+    // The rest is the inner backend's: its collectives, its dtypes (reducescatter goes there),
+    // and its sockets.
+    EXPECT_EQ(caps.collectives, kAllDataCollectives);
+    EXPECT_FALSE(caps.reduces(DType::kFloat16));
+    EXPECT_TRUE(caps.reduces(DType::kFloat64));
+    EXPECT_TRUE(caps.usesSockets);
   });
 }
 
@@ -463,7 +491,7 @@ TEST(ShmBackend, OnlyAllreduceStaysOnTheSharedMemoryPath) {
       many[i] = static_cast<float>(i + r);
       spans.push_back({&many[i], &many[i], 1});
     }
-    EXPECT_TRUE(b->allreduceSpans(spans, DType::kFloat32, ReduceOp::kSum, 1.0, 1.0));
+    b->allreduceSpans(spans, DType::kFloat32, ReduceOp::kSum, 1.0, 1.0);
     for (size_t i = 0; i < many.size(); ++i) ASSERT_EQ(many[i], static_cast<float>(2 * i + 1)) << i;
   });
 }

@@ -11,7 +11,7 @@
 
 #include <cstring>
 
-#include "backends/gloo/gloo_group.h"
+#include "bootstrap/env/gloo_group.h"
 #include "bootstrap/env/env_bootstrap.h"
 #include "bootstrap/env/tcp_store.h"
 #include "core/kernels.h"
@@ -46,6 +46,11 @@ class GlooBackend final : public Backend {
         timeout_(toMs(timeoutS)) {}
 
   const char *name() const override { return "gloo"; }
+  const BackendCaps &caps() const override {
+    static const BackendCaps kCaps =
+        BackendCaps::plain(/*usesSockets=*/true, BackendCaps::Scope::kAnyHost);
+    return kCaps;
+  }
 
   void allreduce(const void *in, void *out, int64_t count, DType dtype, ReduceOp op) override {
     if (count == 0) return;

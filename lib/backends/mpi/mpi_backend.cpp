@@ -48,6 +48,12 @@ class MpiBackend final : public Backend {
     MPI_Comm_size(comm_, &size_);
   }
   const char *name() const override { return "mpi"; }
+  // MPI's own transport: no socket of hora's in a cycle (SIGPIPE cannot reach the engine).
+  const BackendCaps &caps() const override {
+    static const BackendCaps kCaps =
+        BackendCaps::plain(/*usesSockets=*/false, BackendCaps::Scope::kAnyHost);
+    return kCaps;
+  }
 
   void allreduce(const void *in, void *out, int64_t count, DType dtype, ReduceOp op) override {
     const MPI_Datatype type = mpiType(dtype);

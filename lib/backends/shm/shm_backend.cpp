@@ -34,7 +34,13 @@ class ShmBackend final : public Backend {
         channel_(std::move(segment), rank, size, knobs.timeoutS),
         allreduce_(channel_, knobs.shm == "cma", knobs.shmStream),
         negotiation_(channel_),
-        name_(std::string(inner_->name()) + "+shm") {}
+        name_(std::string(inner_->name()) + "+shm") {
+    // Allreduce here, in place and with half types; everything else as inner_ does it.
+    caps_ = inner_->caps();
+    caps_.reducesSpansInPlace = true;
+    caps_.negotiationWords = ShmNegotiation::kWords;
+    caps_.scope = BackendCaps::Scope::kOneHost;
+  }
 
   // Collective over `control`, once, before the first call.
   void connect(ControlPlane &control) {
@@ -44,15 +50,13 @@ class ShmBackend final : public Backend {
 
   const char *name() const override { return name_.c_str(); }
   PeerBell *peerBell() override { return channel_.bell(); }
-  // allreduceSpans takes float16/bfloat16 itself; the other reductions go to inner_.
-  bool reducesHalfNatively() const override { return inner_->reducesHalfNatively(); }
+  const BackendCaps &caps() const override { return caps_; }
 
-  bool allreduceSpans(const std::vector<Span> &spans, DType dtype, ReduceOp op, double prescale,
+  void allreduceSpans(const std::vector<Span> &spans, DType dtype, ReduceOp op, double prescale,
                       double postscale) override {
     allreduce_.run(spans, dtype, op, prescale, postscale);
-    return true;
   }
-  bool allreduceAnd(std::vector<uint64_t> &words) override { return negotiation_.allreduceAnd(words); }
+  void andWords(std::vector<uint64_t> &words) override { negotiation_.andWords(words); }
   void allreduce(const void *in, void *out, int64_t count, DType dtype, ReduceOp op) override {
     allreduce_.run({{in, out, count}}, dtype, op, 1.0, 1.0);
   }
@@ -76,6 +80,7 @@ class ShmBackend final : public Backend {
   ShmAllreduce allreduce_;
   ShmNegotiation negotiation_;
   std::string name_;  // "<inner>+shm", with "/single-copy" once connect() found it possible
+  BackendCaps caps_;
 };
 
 }  // namespace

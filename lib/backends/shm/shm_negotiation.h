@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The engine's negotiation AND (Backend::allreduceAnd) through the shared segment.
+// The engine's negotiation AND (Backend::andWords) through the shared segment.
 #pragma once
 
 #include <cstdint>
@@ -14,8 +14,10 @@ namespace hora {
 class ShmNegotiation {
  public:
   explicit ShmNegotiation(ShmChannel &channel) : channel_(channel) {}
-  // Backend::allreduceAnd: false, touching nothing, for a vector over ShmChannel::kAndBytes.
-  bool allreduceAnd(std::vector<uint64_t> &words);
+  // The longest vector the channel holds (BackendCaps::negotiationWords).
+  static constexpr size_t kWords = static_cast<size_t>(ShmChannel::kAndBytes) / sizeof(uint64_t);
+  // Backend::andWords, for at most kWords words.
+  void andWords(std::vector<uint64_t> &words);
 
  private:
   ShmChannel &channel_;

@@ -10,9 +10,12 @@
 #include <algorithm>
 #include <atomic>
 
-#include "backends/registry.h"
 #include "base/error.h"
 #include "bootstrap/env/rendezvous.h"
+#include "hora_config.h"
+#if HORA_HAVE_GLOO
+#include "bootstrap/env/gloo_group.h"
+#endif
 
 namespace hora {
 namespace {
@@ -20,6 +23,20 @@ namespace {
 // Counts runtimes started in this process, so that keys of a runtime started after hora_shutdown
 // never meet the previous one's (every rank starts the same number of runtimes).
 std::atomic<uint64_t> gEpochs{0};
+
+// A group over the store: Gloo's TCP mesh, rendezvoused under `prefix`.
+std::unique_ptr<Group> createStoreGroup(std::shared_ptr<TcpStoreClient> store,
+                                        const std::string &prefix, int rank, int size,
+                                        const std::string &localAddress, double timeoutS) {
+#if HORA_HAVE_GLOO
+  return std::make_unique<GlooGroup>(std::move(store), prefix, rank, size, localAddress, timeoutS);
+#else
+  (void)store, (void)prefix, (void)rank, (void)localAddress, (void)timeoutS;
+  if (size == 1) return nullptr;
+  HORA_THROW(HORA_ERR_UNSUPPORTED, "a world formed by env:// or Slurm needs the Gloo transport, "
+             "and this build has no Gloo (meson option gloo; Debian package libgloo-dev)");
+#endif
+}
 
 class EnvWorld final : public Bootstrap {
  public:

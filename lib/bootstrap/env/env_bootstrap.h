@@ -11,8 +11,8 @@
 
 namespace hora {
 
-// Rendezvous at config's master (rank 0 serves the store), then groups on the store-based
-// transport the backend registry provides (Gloo's TCP mesh).
+// Rendezvous at config's master (rank 0 serves the store), then groups on a full mesh of TCP
+// pairs rendezvoused through the store (bootstrap/env/gloo_group.h).
 std::unique_ptr<Bootstrap> createEnvBootstrap(const LaunchConfig &config, const Knobs &knobs);
 
 // The local IPv4 address that routes to host:port (a connected UDP socket's own address; no

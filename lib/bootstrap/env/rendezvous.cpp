@@ -406,7 +406,7 @@ std::string localHostName() {
 // hora_shutdown reuses it under a new key prefix: a peer that re-initialises faster than rank 0
 // then never connects to a server that is about to close.
 static std::shared_ptr<TcpStoreServer> storeServerFor(int port) {
-  static std::mutex mutex;
+  static std::mutex mutex;  // guards servers
   static std::map<int, std::shared_ptr<TcpStoreServer>> servers;
   std::lock_guard<std::mutex> lock(mutex);
   std::shared_ptr<TcpStoreServer> &server = servers[port];

@@ -128,6 +128,7 @@ class MpiCommGroup final : public MpiGroup {
   }
   ControlPlane &control() override { return *plane_; }
   void poison() override { poisoned_ = true; }
+  bool usesSockets() const override { return false; }
   MPI_Comm dataComm() const override { return data_; }
   MPI_Comm controlComm() const { return control_; }
 
@@ -243,7 +244,7 @@ void waitMpi(MPI_Request *request, double timeoutS, const char *what,
     if (done) return;
     if (Clock::now() - start > limit) {
       // Leaked on purpose (once per timed-out operation; the runtime is poisoned after one).
-      static std::mutex abandonedMutex;
+      static std::mutex abandonedMutex;  // guards *abandoned
       static auto *abandoned = new std::vector<std::shared_ptr<void>>();
       {
         std::lock_guard<std::mutex> lock(abandonedMutex);

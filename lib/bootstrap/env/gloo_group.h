@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// A group whose control plane and data plane run on a Gloo context over TCP.
+// The env:// and Slurm worlds' transport: a group whose control plane runs on a Gloo context over
+// TCP. The Gloo backend (backends/gloo) moves data on the same context.
 #pragma once
 
 #include <gloo/context.h>
@@ -25,6 +26,7 @@ class GlooGroup final : public Group {
 
   ControlPlane &control() override { return *plane_; }
   void poison() override {}
+  bool usesSockets() const override { return true; }
   const std::shared_ptr<gloo::Context> &context() const { return context_; }
   double timeoutS() const { return timeoutS_; }
 
@@ -42,4 +44,4 @@ void glooCall(const char *what, int rank, F &&body);
 
 }  // namespace hora
 
-#include "backends/gloo/gloo_call.inl"
+#include "bootstrap/env/gloo_call.inl"

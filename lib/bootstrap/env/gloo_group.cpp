@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // GlooGroup: Gloo rendezvous through hora's store, and the control plane on Gloo collectives.
-#include "backends/gloo/gloo_group.h"
+#include "bootstrap/env/gloo_group.h"
 
 #include <gloo/allgather.h>
 #include <gloo/allgatherv.h>
@@ -227,7 +227,7 @@ class PeerAddressBook {
   }
 
  private:
-  mutable std::mutex mutex_;
+  mutable std::mutex mutex_;  // guards byAddress_ (Gloo's threads and the engine's read it)
   std::map<std::string, Peer> byAddress_;
 };
 

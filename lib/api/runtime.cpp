@@ -1,0 +1,40 @@
+// SPDX-License-Identifier: Apache-2.0
+// The composition root's one implementation of Fabric.
+#include "api/runtime.h"
+
+#include "backends/registry.h"
+#include "bootstrap/bootstrap.h"
+
+namespace hora {
+namespace {
+
+class DefaultFabric final : public Fabric {
+ public:
+  explicit DefaultFabric(const Knobs &knobs) : knobs_(knobs) {}
+
+  std::unique_ptr<Bootstrap> formWorld() override { return createBootstrap(knobs_); }
+
+  std::unique_ptr<Backend> cpuBackend(Bootstrap &world, Group &group) override {
+    return createCpuBackend(knobs_, world, group);
+  }
+
+  std::unique_ptr<DeviceExecutor> deviceExecutor(ControlPlane &control, int device,
+                                                 int localRank) override {
+    return createDeviceExecutor(control, device, localRank, knobs_);
+  }
+
+ private:
+  const Knobs knobs_;
+};
+
+}  // namespace
+
+std::shared_ptr<Fabric> defaultFabric(const Knobs &knobs) {
+  return std::make_shared<DefaultFabric>(knobs);
+}
+
+std::shared_ptr<Engine> startRuntime(const Knobs &knobs) {
+  return Engine::start(knobs, defaultFabric(knobs));
+}
+
+}  // namespace hora

@@ -1,0 +1,22 @@
+// SPDX-License-Identifier: Apache-2.0
+// The composition root: the one place that knows every layer. It decides how the world is formed
+// (lib/bootstrap) and which backends move data (lib/backends), and hands both to the engine
+// (lib/core) through core/world.h's Fabric.
+#pragma once
+
+#include <memory>
+
+#include "base/knobs.h"
+#include "core/engine.h"
+
+namespace hora {
+
+// The fabric the environment and `knobs` call for: the bootstrap createBootstrap picks (MPI,
+// env://, Slurm or a world of one), the CPU backend the registry picks for each group, and NCCL
+// for CUDA tensors.
+std::shared_ptr<Fabric> defaultFabric(const Knobs &knobs);
+
+// Engine::start on the default fabric: what hora_init runs. Throws Error with the init status.
+std::shared_ptr<Engine> startRuntime(const Knobs &knobs);
+
+}  // namespace hora

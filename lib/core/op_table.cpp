@@ -1,0 +1,88 @@
+// SPDX-License-Identifier: Apache-2.0
+// The operations, one row each. Kept in OpType's order (checked below).
+#include "core/op_table.h"
+
+#include "base/error.h"
+#include "core/device_executor.h"
+#include "core/executor.h"
+#include "core/set_engine.h"
+
+namespace hora {
+namespace {
+
+using FD = OpSpec::FirstDims;
+using Fu = OpSpec::Fusion;
+
+void cpuAllreduce(const OpRun &r) { r.cpu->allreduce(r.requests, *r.members.front()); }
+void cpuBroadcast(const OpRun &r) { r.cpu->broadcast(*r.requests.front(), *r.members.front()); }
+void cpuAllgather(const OpRun &r) { r.cpu->allgather(r.requests, r.members); }
+void cpuAlltoall(const OpRun &r) { r.cpu->alltoall(*r.requests.front(), *r.members.front()); }
+void cpuReducescatter(const OpRun &r) { r.cpu->reducescatter(r.requests, r.members); }
+void cpuNothing(const OpRun &) {}  // barrier: negotiation itself waited for every rank
+void cpuJoin(const OpRun &r) { r.requests.front()->result = r.members.front()->firstDims.at(0); }
+void cpuSetOp(const OpRun &r) {
+  const Response &first = *r.members.front();
+  HORA_ENFORCE(r.handler != nullptr, opTypeName(first.agreed.op), " outside the world set");
+  r.handler->runSetOp(r.requests.front(), first);
+}
+
+void gpuAllreduce(const OpRun &r) {
+  r.device->allreduce(r.requests, *r.members.front(), r.contributors);
+}
+void gpuBroadcast(const OpRun &r) { r.device->broadcast(*r.requests.front(), *r.members.front()); }
+void gpuAlltoall(const OpRun &r) { r.device->alltoall(*r.requests.front(), *r.members.front()); }
+void gpuAllgather(const OpRun &r) {
+  for (size_t i = 0; i < r.requests.size(); ++i) r.device->allgather(*r.requests[i], *r.members[i]);
+}
+void gpuReducescatter(const OpRun &r) {
+  for (size_t i = 0; i < r.requests.size(); ++i) {
+    r.device->reducescatter(*r.requests[i], *r.members[i], r.contributors);
+  }
+}
+
+// op, name, timeline, reduces, rooted, agreedSplits, firstDimFree, firstDims, carriesTensors,
+// cacheable, fusion, runCpu, runDevice
+constexpr OpSpec kOps[] = {
+    {OpType::kAllreduce, "allreduce", "ALLREDUCE", true, false, nullptr, false, FD::kNone, true,
+     true, Fu::kAlways, cpuAllreduce, gpuAllreduce},
+    {OpType::kBroadcast, "broadcast", "BROADCAST", false, true, nullptr, false, FD::kNone, true,
+     true, Fu::kNever, cpuBroadcast, gpuBroadcast},
+    {OpType::kAllgather, "allgather", "ALLGATHER", false, false, nullptr, true, FD::kRows, true,
+     true, Fu::kSingleTensor, cpuAllgather, gpuAllgather},
+    {OpType::kAlltoall, "alltoall", "ALLTOALL", false, false, nullptr, true, FD::kSendSplits, true,
+     true, Fu::kNever, cpuAlltoall, gpuAlltoall},
+    {OpType::kReducescatter, "reducescatter", "REDUCESCATTER", true, false, nullptr, false,
+     FD::kNone, true, true, Fu::kSingleTensor, cpuReducescatter, gpuReducescatter},
+    {OpType::kBarrier, "barrier", "BARRIER", false, false, nullptr, false, FD::kNone, false, false,
+     Fu::kNever, cpuNothing, nullptr},
+    {OpType::kJoin, "join", "JOIN", false, false, nullptr, false, FD::kJoinCount, false, false,
+     Fu::kNever, cpuJoin, nullptr},
+    {OpType::kProcessSetCreate, "process_set_create", "PROCESS_SET_CREATE", false, false, "ranks",
+     false, FD::kNone, false, false, Fu::kNever, cpuSetOp, nullptr},
+    {OpType::kProcessSetDestroy, "process_set_destroy", "PROCESS_SET_DESTROY", false, false,
+     "process set", false, FD::kNone, false, false, Fu::kNever, cpuSetOp, nullptr},
+};
+static_assert(sizeof kOps / sizeof kOps[0] == kNumOpTypes, "one entry per OpType");
+
+constexpr bool inOpTypeOrder() {
+  for (int i = 0; i < kNumOpTypes; ++i) {
+    if (static_cast<int>(kOps[i].op) != i) return false;
+  }
+  return true;
+}
+static_assert(inOpTypeOrder(), "kOps is indexed by OpType");
+
+}  // namespace
+
+const OpSpec &opSpec(OpType op) {
+  const auto i = static_cast<unsigned>(op);
+  HORA_ENFORCE(i < static_cast<unsigned>(kNumOpTypes), "unknown op type ", i);
+  return kOps[i];
+}
+
+const char *opTypeName(OpType op) {
+  const auto i = static_cast<unsigned>(op);
+  return i < static_cast<unsigned>(kNumOpTypes) ? kOps[i].name : "unknown-op";
+}
+
+}  // namespace hora

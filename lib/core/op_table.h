@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: Apache-2.0
+// One description per operation: every rule the engine applies to an op (its names, what ranks
+// must agree on, what a response carries, whether it is cached and fused, how it runs on the CPU
+// and on a device) comes from its entry in op_table.cpp. Adding a collective is adding an entry
+// (and an OpType value, a C entry point, and its backend implementations).
+#pragma once
+
+#include <vector>
+
+#include "core/types.h"
+
+namespace hora {
+
+class DeviceExecutor;
+class Executor;
+class Request;
+class SetOpHandler;
+struct Response;
+
+// One agreed operation (a fused group: requests[i] belongs to members[i]) as an entry runs it.
+struct OpRun {
+  const std::vector<Request *> &requests;  // stand-ins where this rank joined
+  const std::vector<const Response *> &members;
+  Executor *cpu;            // CPU tensors' executor
+  DeviceExecutor *device;   // CUDA tensors' executor (null for CPU tensors)
+  SetOpHandler *handler;    // the world set's runtime (null in a process set)
+  int contributors;         // ranks with data: the set's size minus joined ranks
+};
+
+struct OpSpec {
+  // What the response carries per rank besides the agreed request.
+  enum class FirstDims : uint8_t {
+    kNone,
+    kRows,        // every rank's first dimension, per tensor (allgather)
+    kSendSplits,  // every rank's splits, rank-major (alltoall)
+    kJoinCount,   // the number of joined ranks' last join (join; filled by negotiation)
+  };
+  enum class Fusion : uint8_t { kNever, kAlways, kSingleTensor };
+
+  OpType op;
+  const char *name;          // "allreduce": errors, automatic names, the flight recorder
+  const char *timelineName;  // "ALLREDUCE"
+
+  // Negotiation: every rank must agree on op, dtype, device type and number of tensors, and on:
+  bool reduces;            // the reduce op and the pre/post scale factors
+  bool rooted;             // the root rank (which must not have joined)
+  const char *agreedSplits;  // the splits, named so in a mismatch (nullptr: not agreed)
+  bool firstDimFree;       // shapes may differ in the first dimension only (a joined rank has no rows)
+  FirstDims firstDims;
+  bool carriesTensors;     // has tensors (a joined rank's stand-in gets zeroed scratch ones)
+  bool cacheable;          // a response the response cache may replay by bit
+  Fusion fusion;           // with which others of its kind it may share one backend call
+
+  // Execution in the set's cycle; runDevice is null for an op that has no device form.
+  void (*runCpu)(const OpRun &run);
+  void (*runDevice)(const OpRun &run);
+};
+
+// The entry for `op` (a valid OpType).
+const OpSpec &opSpec(OpType op);
+
+}  // namespace hora

@@ -1,0 +1,74 @@
+// SPDX-License-Identifier: Apache-2.0
+// What the engine is handed rather than builds: the world it runs in, the groups (process sets) in
+// it, and the data planes for each group. lib/core owns these interfaces; lib/bootstrap and
+// lib/backends implement them, and the composition root (lib/api/runtime.cpp) picks the
+// implementations and hands them to Engine::start.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/control_plane.h"
+#include "core/device_executor.h"
+
+namespace hora {
+
+struct Topology {
+  int rank = 0;
+  int size = 1;
+  int localRank = 0;  // among the ranks of this host
+  int localSize = 1;
+  int crossRank = 0;  // among the ranks with this local rank, one per host
+  int crossSize = 1;
+};
+
+// A set of ranks with its own private channels: the world, or a process set. Negotiation runs
+// over control(); a backend made for the group (Fabric::cpuBackend) moves the data.
+class Group {
+ public:
+  virtual ~Group() = default;
+  virtual ControlPlane &control() = 0;
+  int rank() { return control().rank(); }
+  int size() { return control().size(); }
+  // The group is unusable (a peer is lost or a collective timed out): teardown must then not
+  // make collective calls that could hang.
+  virtual void poison() = 0;
+  // Whether the control plane writes to sockets (a write to a lost peer then raises SIGPIPE in
+  // the writing thread unless it is blocked there).
+  virtual bool usesSockets() const = 0;
+};
+
+// The world a launcher formed: who this rank is, and how to make groups in it.
+class Bootstrap {
+ public:
+  virtual ~Bootstrap() = default;
+  virtual const char *launcher() const = 0;  // "mpi", "env", "slurm", "single"
+  virtual const Topology &topology() const = 0;
+  // Where the world met, for the init log line ("store 10.0.0.1:29500"); empty if nowhere.
+  virtual std::string rendezvousPoint() const { return ""; }
+  // The world as a group; called once.
+  virtual std::unique_ptr<Group> worldGroup() = 0;
+  // Collective over the world, from the thread that owns `world`: the group of `ranks` (sorted,
+  // distinct world ranks). Ranks outside it get nullptr.
+  virtual std::unique_ptr<Group> createGroup(Group &world, const std::vector<int> &ranks) = 0;
+};
+
+// Everything the engine needs from below, in one object the composition root builds. Each
+// method throws Error with a status and the reason on failure.
+class Fabric {
+ public:
+  virtual ~Fabric() = default;
+  // Forms the world from the environment. Called once, on the world set's thread.
+  virtual std::unique_ptr<Bootstrap> formWorld() = 0;
+  // The CPU data plane for `group` (the world or a process set), made on the set's thread.
+  // Collective over the group.
+  virtual std::unique_ptr<Backend> cpuBackend(Bootstrap &world, Group &group) = 0;
+  // The executor for tensors on a GPU for the set behind `control`: `device` is a CUDA ordinal
+  // (< 0: local rank modulo the GPUs). Collective over the set.
+  virtual std::unique_ptr<DeviceExecutor> deviceExecutor(ControlPlane &control, int device,
+                                                         int localRank) = 0;
+};
+
+}  // namespace hora
