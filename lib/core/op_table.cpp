@@ -40,27 +40,32 @@ void gpuReducescatter(const OpRun &r) {
   }
 }
 
-// op, name, timeline, reduces, rooted, agreedSplits, firstDimFree, firstDims, carriesTensors,
-// cacheable, fusion, runCpu, runDevice
+// Fields left out are false / null / kNone / kNever.
 constexpr OpSpec kOps[] = {
-    {OpType::kAllreduce, "allreduce", "ALLREDUCE", true, false, nullptr, false, FD::kNone, true,
-     true, Fu::kAlways, cpuAllreduce, gpuAllreduce},
-    {OpType::kBroadcast, "broadcast", "BROADCAST", false, true, nullptr, false, FD::kNone, true,
-     true, Fu::kNever, cpuBroadcast, gpuBroadcast},
-    {OpType::kAllgather, "allgather", "ALLGATHER", false, false, nullptr, true, FD::kRows, true,
-     true, Fu::kSingleTensor, cpuAllgather, gpuAllgather},
-    {OpType::kAlltoall, "alltoall", "ALLTOALL", false, false, nullptr, true, FD::kSendSplits, true,
-     true, Fu::kNever, cpuAlltoall, gpuAlltoall},
-    {OpType::kReducescatter, "reducescatter", "REDUCESCATTER", true, false, nullptr, false,
-     FD::kNone, true, true, Fu::kSingleTensor, cpuReducescatter, gpuReducescatter},
-    {OpType::kBarrier, "barrier", "BARRIER", false, false, nullptr, false, FD::kNone, false, false,
-     Fu::kNever, cpuNothing, nullptr},
-    {OpType::kJoin, "join", "JOIN", false, false, nullptr, false, FD::kJoinCount, false, false,
-     Fu::kNever, cpuJoin, nullptr},
-    {OpType::kProcessSetCreate, "process_set_create", "PROCESS_SET_CREATE", false, false, "ranks",
-     false, FD::kNone, false, false, Fu::kNever, cpuSetOp, nullptr},
-    {OpType::kProcessSetDestroy, "process_set_destroy", "PROCESS_SET_DESTROY", false, false,
-     "process set", false, FD::kNone, false, false, Fu::kNever, cpuSetOp, nullptr},
+    {.op = OpType::kAllreduce, .name = "allreduce", .timelineName = "ALLREDUCE",
+     .reduces = true, .carriesTensors = true, .cacheable = true, .fusion = Fu::kAlways,
+     .onBackend = true, .runCpu = cpuAllreduce, .runDevice = gpuAllreduce},
+    {.op = OpType::kBroadcast, .name = "broadcast", .timelineName = "BROADCAST",
+     .rooted = true, .carriesTensors = true, .cacheable = true,
+     .onBackend = true, .runCpu = cpuBroadcast, .runDevice = gpuBroadcast},
+    {.op = OpType::kAllgather, .name = "allgather", .timelineName = "ALLGATHER",
+     .firstDimFree = true, .firstDims = FD::kRows, .carriesTensors = true, .cacheable = true,
+     .fusion = Fu::kSingleTensor, .onBackend = true, .runCpu = cpuAllgather,
+     .runDevice = gpuAllgather},
+    {.op = OpType::kAlltoall, .name = "alltoall", .timelineName = "ALLTOALL",
+     .firstDimFree = true, .firstDims = FD::kSendSplits, .carriesTensors = true,
+     .cacheable = true, .onBackend = true, .runCpu = cpuAlltoall, .runDevice = gpuAlltoall},
+    {.op = OpType::kReducescatter, .name = "reducescatter", .timelineName = "REDUCESCATTER",
+     .reduces = true, .carriesTensors = true, .cacheable = true, .fusion = Fu::kSingleTensor,
+     .onBackend = true, .runCpu = cpuReducescatter, .runDevice = gpuReducescatter},
+    {.op = OpType::kBarrier, .name = "barrier", .timelineName = "BARRIER",
+     .runCpu = cpuNothing},
+    {.op = OpType::kJoin, .name = "join", .timelineName = "JOIN",
+     .firstDims = FD::kJoinCount, .runCpu = cpuJoin},
+    {.op = OpType::kProcessSetCreate, .name = "process_set_create",
+     .timelineName = "PROCESS_SET_CREATE", .agreedSplits = "ranks", .runCpu = cpuSetOp},
+    {.op = OpType::kProcessSetDestroy, .name = "process_set_destroy",
+     .timelineName = "PROCESS_SET_DESTROY", .agreedSplits = "process set", .runCpu = cpuSetOp},
 };
 static_assert(sizeof kOps / sizeof kOps[0] == kNumOpTypes, "one entry per OpType");
 

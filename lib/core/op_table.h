@@ -38,22 +38,24 @@ struct OpSpec {
   enum class Fusion : uint8_t { kNever, kAlways, kSingleTensor };
 
   OpType op;
-  const char *name;          // "allreduce": errors, automatic names, the flight recorder
-  const char *timelineName;  // "ALLREDUCE"
+  const char *name = nullptr;          // "allreduce": errors, automatic names, flight recorder
+  const char *timelineName = nullptr;  // "ALLREDUCE"
 
   // Negotiation: every rank must agree on op, dtype, device type and number of tensors, and on:
-  bool reduces;            // the reduce op and the pre/post scale factors
-  bool rooted;             // the root rank (which must not have joined)
-  const char *agreedSplits;  // the splits, named so in a mismatch (nullptr: not agreed)
-  bool firstDimFree;       // shapes may differ in the first dimension only (a joined rank has no rows)
-  FirstDims firstDims;
-  bool carriesTensors;     // has tensors (a joined rank's stand-in gets zeroed scratch ones)
-  bool cacheable;          // a response the response cache may replay by bit
-  Fusion fusion;           // with which others of its kind it may share one backend call
+  bool reduces = false;  // the reduce op and the pre/post scale factors
+  bool rooted = false;   // the root rank (which must not have joined)
+  const char *agreedSplits = nullptr;  // the splits, named so in a mismatch (null: not agreed)
+  bool firstDimFree = false;  // shapes may differ in the first dimension only (a joined rank
+                              // has no rows)
+  FirstDims firstDims = FirstDims::kNone;
+  bool carriesTensors = false;  // has tensors (a joined rank's stand-in gets zeroed scratch ones)
+  bool cacheable = false;       // a response the response cache may replay by bit
+  Fusion fusion = Fusion::kNever;  // with which others of its kind it may share a backend call
+  bool onBackend = false;  // moves data on the set's backend, which must list it in its caps
 
   // Execution in the set's cycle; runDevice is null for an op that has no device form.
-  void (*runCpu)(const OpRun &run);
-  void (*runDevice)(const OpRun &run);
+  void (*runCpu)(const OpRun &run) = nullptr;
+  void (*runDevice)(const OpRun &run) = nullptr;
 };
 
 // The entry for `op` (a valid OpType).

@@ -41,10 +41,6 @@ class NegotiationPlane final : public ControlPlane {
   Backend &backend_;
 };
 
-// A collective on tensors, which the set's backend runs (barrier, join and set ops are
-// negotiation alone).
-bool opTouchesBackend(const OpSpec &spec) { return spec.runDevice != nullptr; }
-
 }  // namespace
 
 std::shared_ptr<SetEngine> SetEngine::start(int32_t id, const Knobs &knobs,
@@ -322,7 +318,7 @@ void SetEngine::execute(const std::vector<const Response *> &responses) {
     } else {
       try {
         const OpSpec &spec = opSpec(first.agreed.op);
-        if (opTouchesBackend(spec) && !parts_.backend->caps().runs(first.agreed.op)) {
+        if (spec.onBackend && !parts_.backend->caps().runs(first.agreed.op)) {
           HORA_THROW(HORA_ERR_UNSUPPORTED, spec.name, " '", first.agreed.name, "': backend ",
                      backendName_, " of process set ", id_, " does not run it");
         }
