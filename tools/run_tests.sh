@@ -1,74 +1,120 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Every test: installs missing Debian packages, builds hora in build/, runs `meson test`, then the
-# unit and 2-rank tests again under AddressSanitizer + UndefinedBehaviorSanitizer and under
-# ThreadSanitizer (tools/sanitize.sh, in build-asan/ and build-tsan/; HORA_SANITIZERS=0 skips
-# them), and ends with one line "N passed, N failed[, N skipped]" over all of it. Exits non-zero
-# if any test did not pass.
+# unit tests and a selection of 2-rank tests again under AddressSanitizer + UndefinedBehaviorSanitizer
+# and under ThreadSanitizer (tools/sanitize.sh, in build-asan/ and build-tsan/; HORA_SANITIZERS=0
+# skips them; docs/testing.md says what each covers). It ends with the wall time of each phase,
+# tests, passed, failed and seconds per suite of each build, and last one line
+# "N passed, N failed[, N skipped]" over all of it. Exits non-zero if any test did not pass.
 #
 # HORA_TEST_TIME_SCALE (default 1) stretches every time limit in the tests by one factor: meson's
 # per-test timeouts, the multi-rank watchdogs, the tests' own deadlines and the HORA_TIMEOUT_S
 # they give their jobs. Raise it on a machine that is busy with other work; tools/run_loaded.sh
-# runs the suite under load.
+# runs the suite under load. HORA_BUILDDIR, HORA_ASAN_BUILDDIR and HORA_TSAN_BUILDDIR name the
+# build trees; HORA_BUILD_JOBS the compile jobs (2).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 builddir=${HORA_BUILDDIR:-build}
 export HORA_TEST_TIME_SCALE=${HORA_TEST_TIME_SCALE:-1}
+export HORA_BUILD_JOBS=${HORA_BUILD_JOBS:-2}
+phases=()  # "NAME SECONDS", in order
 
+t=$SECONDS
 tools/setup.sh
+phases+=("setup $((SECONDS - t))")
 
+t=$SECONDS
 if [ -f "$builddir/build.ninja" ]; then
   meson setup --reconfigure "$builddir" >/dev/null
 else
   meson setup "$builddir" >/dev/null
 fi
-ninja -C "$builddir" -j "${HORA_BUILD_JOBS:-2}"
+ninja -C "$builddir" -j "$HORA_BUILD_JOBS"
+phases+=("main-build $((SECONDS - t))")
 
 testlog="$builddir/meson-logs/testlog.json"
 rm -f "$testlog"
 rc=0
+t=$SECONDS
+# Two at a time: the tests that may run beside another start first (priority); the others run
+# alone, as they say (is_parallel: false).
 meson test -C "$builddir" --no-rebuild --print-errorlogs --num-processes 2 \
   --timeout-multiplier "$HORA_TEST_TIME_SCALE" "$@" || rc=$?
+phases+=("main-test $((SECONDS - t))")
 
 if [ ! -s "$testlog" ]; then
   echo "run_tests.sh: meson test wrote no $testlog (exit status $rc)" >&2
   echo "0 passed, 0 failed"
   exit $(( rc != 0 ? rc : 1 ))
 fi
-testlogs=("$testlog")
+testlogs=("main=$testlog")
 # The sanitizer runs (only for the whole suite, not for a selection of tests).
 if [ "${HORA_SANITIZERS:-1}" != 0 ] && [ $# -eq 0 ]; then
   for kind in asan tsan; do
+    if [ "$kind" = asan ]; then dir=${HORA_ASAN_BUILDDIR:-build-asan}; else dir=${HORA_TSAN_BUILDDIR:-build-tsan}; fi
     echo "== tools/sanitize.sh $kind"
-    HORA_BUILD_JOBS=${HORA_BUILD_JOBS:-2} tools/sanitize.sh "$kind" || rc=$?
-    for log in build-"$kind"/meson-logs/testlog*.json; do
-      [ -s "$log" ] && testlogs+=("$log")
+    rm -f "$dir"/meson-logs/phases.txt
+    t=$SECONDS
+    tools/sanitize.sh "$kind" || rc=$?
+    # sanitize.sh writes its phases' wall seconds ("build N", "test N").
+    if [ -s "$dir/meson-logs/phases.txt" ]; then
+      while read -r name secs; do phases+=("$kind-$name $secs"); done < "$dir/meson-logs/phases.txt"
+    else
+      phases+=("$kind $((SECONDS - t))")
+    fi
+    for log in "$dir"/meson-logs/testlog*.json; do
+      [ -s "$log" ] && testlogs+=("$kind=$log")
     done
   done
 fi
-# One JSON object per test. EXPECTEDFAIL counts as passed; UNEXPECTEDPASS, TIMEOUT and ERROR as failed.
-summary=$(/usr/bin/python3 - "${testlogs[@]}" <<'PY'
-import json, sys
+# One JSON object per test. EXPECTEDFAIL counts as passed; UNEXPECTEDPASS, TIMEOUT and ERROR as
+# failed. The summary's last line is the totals; other tooling reads it.
+/usr/bin/python3 - "${testlogs[@]}" "--" "${phases[@]}" > "$builddir/meson-logs/summary.txt" <<'PY' || rc=$?
+import collections, json, sys
+args = sys.argv[1:]
+logs, phases = args[:args.index("--")], args[args.index("--") + 1:]
+suites = collections.OrderedDict()  # (build, suite) -> [tests, passed, failed, skipped, seconds]
 passed = failed = skipped = 0
-for path in sys.argv[1:]:
+for item in logs:
+    build, path = item.split("=", 1)
     with open(path) as f:
         for line in f:
             line = line.strip()
             if not line:
                 continue
-            result = json.loads(line).get("result")
+            test = json.loads(line)
+            # "hora:unit / test_dtype"
+            suite = test.get("name", "").split(" / ")[0].split(":")[-1] or "?"
+            row = suites.setdefault((build, suite), [0, 0, 0, 0, 0.0])
+            row[0] += 1
+            row[4] += float(test.get("duration") or 0)
+            result = test.get("result")
             if result in ("OK", "EXPECTEDFAIL"):
                 passed += 1
+                row[1] += 1
             elif result == "SKIP":
                 skipped += 1
+                row[3] += 1
             else:
                 failed += 1
+                row[2] += 1
+print("== Wall time per phase")
+total = 0
+for p in phases:
+    name, secs = p.rsplit(" ", 1)
+    total += int(secs)
+    print("  %-12s %5d s" % (name, int(secs)))
+print("  %-12s %5d s (%d min %02d s)" % ("total", total, total // 60, total % 60))
+print("== Tests per suite (seconds: the sum of the tests' durations; two may overlap)")
+print("  %-5s %-13s %5s %6s %6s %7s %8s" % ("build", "suite", "tests", "passed", "failed", "skipped", "seconds"))
+for (build, suite), (n, ok, bad, skip, secs) in suites.items():
+    print("  %-5s %-13s %5d %6d %6d %7d %8.0f" % (build, suite, n, ok, bad, skip, secs))
 print(f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
-print(1 if failed else 0)
+sys.exit(1 if failed else 0)
 PY
-)
-line=${summary%$'\n'*}
-any_failed=${summary##*$'\n'}
-echo "$line"
-if [ "$any_failed" != 0 ] && [ "$rc" -eq 0 ]; then rc=1; fi
+cat "$builddir/meson-logs/summary.txt"
+if [ ! -s "$builddir/meson-logs/summary.txt" ]; then
+  echo "0 passed, 0 failed"
+  rc=1
+fi
 exit "$rc"
