@@ -5,10 +5,12 @@
 #include <climits>
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <new>
+#include <utility>
 
 #include "base/error.h"
 #include "base/knobs.h"
@@ -302,6 +304,66 @@ void submit(Engine &engine, Call &call, RequestMsg msg, std::vector<TensorArg> t
   *request_p = handle;
 }
 
+// An allreduce writes every output while it still reads the inputs (a fused response is reduced
+// where its tensors lie, in pieces, on every path), so an output may share memory with nothing
+// but its own input, and only as that same tensor (in place). Anything else would be a silently
+// wrong result on some paths: refused, naming both tensors. O(n log n) in the number of tensors.
+void checkAllreduceOverlaps(const Call &call, const std::vector<TensorArg> &tensors, DType dtype) {
+  const size_t esize = dtypeSize(dtype);
+  const int n = static_cast<int>(tensors.size());
+  auto span = [&](const void *p, int64_t numel) {
+    const auto begin = reinterpret_cast<uintptr_t>(p);
+    return std::pair<uintptr_t, uintptr_t>{begin, begin + static_cast<uintptr_t>(numel) * esize};
+  };
+  auto name = [n](const char *role, int i) {
+    return n == 1 ? std::string(role) : detail::concat(role, " ", i);
+  };
+  struct Out {
+    uintptr_t begin, end;
+    int index;
+  };
+  std::vector<Out> outs;
+  outs.reserve(tensors.size());
+  for (int i = 0; i < n; ++i) {
+    const TensorArg &t = tensors[static_cast<size_t>(i)];
+    if (t.numel == 0) continue;
+    const auto s = span(t.out, t.numel);
+    outs.push_back({s.first, s.second, i});
+  }
+  std::sort(outs.begin(), outs.end(), [](const Out &a, const Out &b) { return a.begin < b.begin; });
+  for (size_t k = 1; k < outs.size(); ++k) {
+    if (outs[k].begin < outs[k - 1].end) {
+      HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call.where(), ": ", name("output", outs[k].index),
+                 " overlaps ", name("output", outs[k - 1].index),
+                 "; every output needs memory of its own");
+    }
+  }
+  for (int i = 0; i < n; ++i) {
+    const TensorArg &t = tensors[static_cast<size_t>(i)];
+    if (t.numel == 0) continue;
+    const auto in = span(t.in, t.numel);
+    // The outputs are disjoint and sorted: the ones that can overlap `in` end just before the
+    // first that starts at or after in.second.
+    auto it = std::lower_bound(outs.begin(), outs.end(), in.second,
+                               [](const Out &o, uintptr_t end) { return o.begin < end; });
+    while (it != outs.begin()) {
+      --it;
+      if (it->end <= in.first) break;
+      const bool inPlace = it->index == i && it->begin == in.first;
+      if (!inPlace) {
+        const uintptr_t lo = std::max(in.first, it->begin);
+        HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call.where(), ": ", name("output", it->index),
+                   " overlaps ", name("input", i), " (", std::min(in.second, it->end) - lo,
+                   " bytes in common, the output starting ",
+                   it->begin >= in.first ? detail::concat(it->begin - in.first, " bytes after")
+                                         : detail::concat(in.first - it->begin, " bytes before"),
+                   " the input); pass the same tensor as input and output for an in-place "
+                   "allreduce, or tensors that do not overlap");
+      }
+    }
+  }
+}
+
 void allreduceImpl(const char *name, int n, const DLTensor *inputs, DLTensor *outputs,
                    int op, double prescale, double postscale, int32_t processSet,
                    hora_request_t *request_p) {
@@ -337,6 +399,7 @@ void allreduceImpl(const char *name, int n, const DLTensor *inputs, DLTensor *ou
     tensors.push_back(TensorArg{in.data, out.data, in.numel});
     msg.shapes.push_back(std::move(in.shape));
   }
+  checkAllreduceOverlaps(call, tensors, msg.dtype);
   checkOp(call, op, msg.dtype, prescale, postscale);
   msg.reduceOp = static_cast<ReduceOp>(op);
   msg.prescale = prescale;

@@ -478,6 +478,81 @@ TEST(BadArguments, MisalignedDataIsRefused) {
   expectGoodAllreduce("misaligned.after", 60);
 }
 
+// An output that shares memory with anything but its own input, as the same tensor, would be read
+// while it is written (a fused response is reduced where it lies): refused at submission, naming
+// both tensors. The same memory as input and output stays an in-place allreduce. Sizes on both
+// sides of the shared-memory path's 32 KiB small-op limit.
+TEST(BadArguments, OverlappingAllreduceTensorsAreRefused) {
+  for (int64_t count : {int64_t{64}, int64_t{1} << 18}) {
+    std::vector<float> storage(static_cast<size_t>(count) + 16);
+    int64_t shape[1] = {count};
+    auto at = [&](int64_t first) {
+      return DLTensor{storage.data() + first, {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, shape, nullptr, 0};
+    };
+    const std::string size = std::to_string(count) + " floats";
+    for (int64_t shift : {int64_t{1}, int64_t{4}, -int64_t{3}}) {
+      DLTensor in = at(shift < 0 ? -shift : 0);
+      DLTensor out = at(shift < 0 ? 0 : shift);
+      hora_request_t req = nullptr;
+      expectRejected(size + ", output " + std::to_string(shift) + " elements from the input",
+                     hora_allreduce_async("bad.overlap", &in, &out, HORA_OP_SUM, 1.0, 1.0, 0, &req),
+                     req);
+      const std::string err = mp::lastError();
+      EXPECT_NE(err.find("'bad.overlap'"), std::string::npos) << err;
+      EXPECT_NE(err.find("output overlaps input"), std::string::npos) << err;
+      const std::string where = std::to_string((shift < 0 ? -shift : shift) * 4) +
+                                (shift < 0 ? " bytes before" : " bytes after");
+      EXPECT_NE(err.find(where), std::string::npos) << err;
+    }
+  }
+  // In a group: output 1 over input 0, and two outputs over each other.
+  std::vector<float> a(32), b(32), c(32);
+  int64_t shape[1] = {32};
+  auto t = [&](float *p) {
+    return DLTensor{p, {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, shape, nullptr, 0};
+  };
+  {
+    DLTensor ins[2] = {t(a.data()), t(b.data())};
+    DLTensor outs[2] = {t(c.data()), t(a.data() + 8)};
+    hora_request_t req = nullptr;
+    expectRejected("grouped, output 1 over input 0",
+                   hora_grouped_allreduce_async("bad.group", 2, ins, outs, HORA_OP_SUM, 1.0, 1.0,
+                                                0, &req),
+                   req);
+    EXPECT_NE(mp::lastError().find("output 1 overlaps input 0"), std::string::npos)
+        << mp::lastError();
+  }
+  {
+    DLTensor ins[2] = {t(a.data()), t(b.data())};
+    DLTensor outs[2] = {t(c.data()), t(c.data())};
+    hora_request_t req = nullptr;
+    expectRejected("grouped, two outputs in one place",
+                   hora_grouped_allreduce_async("bad.group", 2, ins, outs, HORA_OP_SUM, 1.0, 1.0,
+                                                0, &req),
+                   req);
+    EXPECT_NE(mp::lastError().find("overlaps output"), std::string::npos) << mp::lastError();
+  }
+  // Still fine: in place, a group in place, and inputs that share memory with each other.
+  expectGoodAllreduce("overlap.after", 70);
+  const int n = mp::size();
+  {
+    for (int i = 0; i < 32; ++i) a[i] = static_cast<float>(i + mp::rank());
+    DLTensor ins[2] = {t(a.data()), t(a.data())};
+    DLTensor outs[2] = {t(b.data()), t(c.data())};
+    hora_request_t req = nullptr;
+    MP_ASSERT_OK(hora_grouped_allreduce_async("overlap.shared_inputs", 2, ins, outs, HORA_OP_SUM,
+                                              1.0, 1.0, 0, &req));
+    Request guard(req);
+    MP_ASSERT_OK(hora_wait(req));
+    for (int i = 0; i < 32; ++i) {
+      // sum over ranks r of (i + r)
+      const float expect = static_cast<float>(n * i + n * (n - 1) / 2);
+      ASSERT_EQ(b[i], expect) << i;
+      ASSERT_EQ(c[i], expect) << i;
+    }
+  }
+}
+
 TEST(BadArguments, BroadcastAndAllgatherRejectEachAtSubmission) {
   const int n = mp::size();
   auto good = makeTensor(f32(), {4, 3});
