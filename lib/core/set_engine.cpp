@@ -323,7 +323,7 @@ void SetEngine::execute(const std::vector<const Response *> &responses) {
                      backendName_, " of process set ", id_, " does not run it");
         }
         spec.runCpu(OpRun{requests, members, executor_.get(), nullptr, handler_,
-                          size_ - static_cast<int>(first.joined.size())});
+                          contributors(first)});
       } catch (const Error &e) {
         if (blastRadius(e.status()) != BlastRadius::kThisOp) throw;
         status = e.toStatus();
@@ -375,7 +375,7 @@ void SetEngine::executeOnDevice(const std::vector<Request *> &requests,
     HORA_THROW(HORA_ERR_INTERNAL, spec.name, " '", first.agreed.name, "' on a device");
   }
   spec.runDevice(OpRun{requests, members, nullptr, device_.get(), handler_,
-                       size_ - static_cast<int>(first.joined.size())});
+                       contributors(first)});
 }
 
 void SetEngine::submit(RequestPtr request) {

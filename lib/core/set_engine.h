@@ -104,6 +104,10 @@ class SetEngine {
   // drops them from pending_: the other entries' iterators stay valid.
   void finish(const std::vector<PendingMap::iterator> &owned, const Status &status);
   void stop(const Status &why);
+  // Ranks with data in `response`: the set's size minus the ranks that joined.
+  int contributors(const Response &response) const {
+    return size_ - static_cast<int>(response.joined.size());
+  }
 
   const int32_t id_;
   const Knobs knobs_;
