@@ -205,6 +205,30 @@ const std::vector<KnobSpec> kTable = {
        return parseChoice(t, {"auto", "mpi", "env", "single"}, &k.bootstrap, why);
      },
      [](const Knobs &k) { return k.bootstrap; }},
+    {"HORA_JOB_TOKEN", "",
+     "shared secret of an env:// job, the same on every rank: each connection to rank 0's store "
+     "and each Gloo pair must prove it knows it (HMAC-SHA256 challenge-response both ways) or is "
+     "closed; unset, the store trusts whoever reaches its port. `horarun` sets a fresh one for "
+     "every single-machine job. See docs/security.md",
+     [](const std::string &t, Knobs &k, std::string *) {
+       k.jobToken = t;
+       return true;
+     },
+     // Never printed: hora-info output ends up in logs and bug reports.
+     [](const Knobs &k) { return k.jobToken.empty() ? std::string() : std::string("(set)"); }},
+    {"HORA_STORE_BIND", "",
+     "address rank 0's env:// store listens on: unset, the address `MASTER_ADDR` names when it "
+     "is one of this host's (every interface when it is not, e.g. behind NAT); `0.0.0.0`, `::` "
+     "or `*` (every interface) or one local address",
+     [](const std::string &t, Knobs &k, std::string *why) {
+       if (t.find_first_of(" \t\n") != std::string::npos) {  // "": the default
+         *why = "expected an address such as 0.0.0.0, ::, 10.0.0.1 or *";
+         return false;
+       }
+       k.storeBind = t;
+       return true;
+     },
+     [](const Knobs &k) { return k.storeBind; }},
 };
 
 }  // namespace

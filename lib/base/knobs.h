@@ -29,6 +29,8 @@ struct Knobs {
   double timeoutS = 300;
   LogLevel logLevel = LogLevel::kWarning;
   std::string bootstrap = "auto";  // auto, mpi, env, single
+  std::string jobToken;   // "" = none: the env:// store and mesh trust whoever connects
+  std::string storeBind;  // "" = the address MASTER_ADDR names, when it is one of this host's
 
   // Reads every HORA_* variable; throws Error(HORA_ERR_INVALID_ARGUMENT) naming the knob, the bad
   // value and what is accepted.

@@ -80,6 +80,7 @@ std::unique_ptr<Bootstrap> createBootstrap(const Knobs &knobs) {
   if (launchedByMpi()) return mpiBootstrap(knobs);
   if (envRendezvous()) return createEnvBootstrap(readEnvConfig(lookup), knobs);
   if (slurmTask()) return createEnvBootstrap(readSlurmConfig(lookup), knobs);
+  checkNotPartOfAWorld(lookup);  // RANK=1 WORLD_SIZE=2 without MASTER_ADDR: not a world of one
   return createSingleBootstrap();
 }
 

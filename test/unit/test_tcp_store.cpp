@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <iostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -16,8 +17,17 @@
 #include <gtest/gtest.h>
 
 #include "base/error.h"
+#include "bootstrap/env/auth.h"
 #include "bootstrap/env/tcp_store.h"
+#include "hora_config.h"
 #include "time_scale.h"
+#if HORA_HAVE_GLOO
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/hash_store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include "bootstrap/env/pair_auth.h"
+#endif
 
 namespace hora {
 namespace {
@@ -43,13 +53,40 @@ int listeningSocket(int *port) {
   return fd;
 }
 
-int rawConnect(int port) {
+int rawConnectTo(const char *ip, int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  inet_pton(AF_INET, ip, &addr.sin_addr);
   addr.sin_port = htons(static_cast<uint16_t>(port));
-  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr *>(&addr), sizeof addr), 0);
+  if (connect(fd, reinterpret_cast<sockaddr *>(&addr), sizeof addr) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// A raw connection that has not shaken hands.
+int rawConnectBare(int port) {
+  const int fd = rawConnectTo("127.0.0.1", port);
+  EXPECT_GE(fd, 0);
+  return fd;
+}
+
+std::string frame(const std::string &b);
+std::string body(uint8_t command, uint32_t waitMs, const std::vector<std::string> &args);
+std::string readReply(int fd);
+
+// A raw connection past the handshake of a store without a token.
+int rawConnect(int port) {
+  const int fd = rawConnectBare(port);
+  const std::string hello = frame(body(6, 0, {"hora-store/1", "", std::string(32, 'n')}));
+  EXPECT_EQ(send(fd, hello.data(), hello.size(), 0), static_cast<ssize_t>(hello.size()));
+  const std::string challenge = readReply(fd);
+  EXPECT_EQ(challenge.size(), 4u + 1 + 1 + 4 + 32 + 4) << "no-token challenge";
+  const std::string proof = frame(body(7, 0, {""}));
+  EXPECT_EQ(send(fd, proof.data(), proof.size(), 0), static_cast<ssize_t>(proof.size()));
+  EXPECT_EQ(readReply(fd), std::string("\x01\0\0\0\0", 5));
   return fd;
 }
 
@@ -71,6 +108,26 @@ std::string frame(const std::string &b) {
   std::string f;
   u32(f, static_cast<uint32_t>(b.size()));
   return f + b;
+}
+
+// One whole reply frame (header included), or what arrived before EOF or 3 s.
+std::string readReply(int fd) {
+  std::string got;
+  const Clock::time_point end = Clock::now() + std::chrono::seconds(3);
+  while (Clock::now() < end) {
+    if (got.size() >= 4) {
+      uint32_t n = 0;
+      for (int i = 0; i < 4; ++i) n |= static_cast<uint32_t>(static_cast<unsigned char>(got[i])) << (8 * i);
+      if (got.size() >= 4 + size_t{n}) break;
+    }
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 50) <= 0) continue;
+    char buf[4096];
+    const ssize_t n = recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  return got;
 }
 
 // Reads until EOF or `timeoutMs`; returns what arrived and whether the peer closed.
@@ -327,7 +384,12 @@ TEST(TcpStore, MalformedMessagesCloseOnlyThatConnection) {
     bool closed = false;
     const std::string reply = readUntilClosed(fd, 3000, &closed);
     EXPECT_TRUE(closed) << what;
-    EXPECT_TRUE(reply.empty()) << what;
+    if (what == "length 0xffffffff") {
+      // Too large: a client of ours is told why before the store closes the connection.
+      EXPECT_NE(reply.find("exceeds the store's limit"), std::string::npos) << reply;
+    } else {
+      EXPECT_TRUE(reply.empty()) << what;
+    }
     close(fd);
     good.set("alive", what);
     EXPECT_EQ(good.get("alive"), what);
@@ -437,6 +499,276 @@ TEST(TcpStore, ServerDestroyedWhileClientWaits) {
     EXPECT_EQ(e.status(), HORA_ERR_PEER_LOST);
   }
 }
+
+// ------------------------------------------------------------------------------------------------
+// Strangers: the job token, limits, idle connections, the address it listens on.
+
+// The message of the Error `body` throws ("" if it returns), with its status in *status.
+template <typename F>
+std::string errorOf(F &&body, hora_status_t *status) {
+  try {
+    body();
+  } catch (const Error &e) {
+    *status = e.status();
+    return e.message();
+  }
+  *status = HORA_SUCCESS;
+  return "";
+}
+
+TEST(TcpStoreToken, SameTokenIsServedOthersAreRefusedAtOnce) {
+  StoreServerOptions options;
+  options.token = "s3cret";
+  TcpStoreServer server("127.0.0.1", 0, options);
+  TcpStoreClient good("127.0.0.1", server.port(), 5, {"s3cret", ""});
+  good.set("k", "v");
+  EXPECT_EQ(good.get("k"), "v");
+  EXPECT_EQ(good.token(), "s3cret");
+
+  hora_status_t status;
+  Clock::time_point start = Clock::now();
+  std::string message = errorOf([&] { TcpStoreClient("127.0.0.1", server.port(), 5, {"wrong", ""}); }, &status);
+  EXPECT_EQ(status, HORA_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(message.find("refused this process: wrong job token"), std::string::npos) << message;
+  EXPECT_LT(since(start), 2.0);  // not after the 5 s timeout
+
+  start = Clock::now();
+  message = errorOf([&] { TcpStoreClient("127.0.0.1", server.port(), 5); }, &status);
+  EXPECT_EQ(status, HORA_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(message.find("requires the job's token"), std::string::npos) << message;
+  EXPECT_LT(since(start), 2.0);
+
+  // A client with a token does not trust a store without one.
+  TcpStoreServer open("127.0.0.1", 0);
+  message = errorOf([&] { TcpStoreClient("127.0.0.1", open.port(), 5, {"s3cret", ""}); }, &status);
+  EXPECT_EQ(status, HORA_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(message.find("does not ask for a job token"), std::string::npos) << message;
+  EXPECT_EQ(good.get("k"), "v");  // the good client never noticed
+}
+
+// The raw handshake with a token, to look at its parts: returns the server's challenge payload
+// (u8 required, nonce, proof) for our nonce.
+std::string rawHello(int fd, const std::string &nonce) {
+  const std::string hello = frame(body(6, 0, {"hora-store/1", "", nonce}));
+  EXPECT_EQ(send(fd, hello.data(), hello.size(), 0), static_cast<ssize_t>(hello.size()));
+  const std::string reply = readReply(fd);
+  return reply.size() > 5 ? reply.substr(5) : "";
+}
+
+TEST(TcpStoreToken, ProofsAreFreshAndBoundToTheNonces) {
+  StoreServerOptions options;
+  options.token = "t";
+  TcpStoreServer server("127.0.0.1", 0, options);
+  const std::string nonce(32, 'c');
+  const int a = rawConnectBare(server.port());
+  const std::string challengeA = rawHello(a, nonce);
+  ASSERT_EQ(challengeA.size(), 1u + 4 + 32 + 4 + 32);
+  EXPECT_EQ(challengeA[0], '\1');  // token required
+  const std::string serverNonceA = challengeA.substr(5, 32);
+  // The server proved the token against our nonce and its own.
+  EXPECT_TRUE(proofsEqual(challengeA.substr(41), proveToken("t", "hora-store/1 server", {&nonce, &serverNonceA})));
+  // A proof made for connection A...
+  const std::string proofA = proveToken("t", "hora-store/1 client", {&nonce, &serverNonceA});
+  // ...is refused on connection B, which got another server nonce for the same client nonce.
+  const int b = rawConnectBare(server.port());
+  const std::string challengeB = rawHello(b, nonce);
+  ASSERT_EQ(challengeB.size(), challengeA.size());
+  EXPECT_NE(challengeB.substr(5, 32), serverNonceA);
+  const std::string replay = frame(body(7, 0, {proofA}));
+  ASSERT_EQ(send(b, replay.data(), replay.size(), 0), static_cast<ssize_t>(replay.size()));
+  bool closed = false;
+  const std::string refusal = readUntilClosed(b, 3000, &closed);
+  EXPECT_TRUE(closed);
+  EXPECT_NE(refusal.find("wrong job token"), std::string::npos) << refusal;
+  // On A it is good, and A is then served.
+  const std::string good = frame(body(7, 0, {proofA}));
+  ASSERT_EQ(send(a, good.data(), good.size(), 0), static_cast<ssize_t>(good.size()));
+  EXPECT_EQ(readReply(a), std::string("\x01\0\0\0\0", 5));
+  const std::string set = frame(body(1, 0, {"k", "v"}));
+  ASSERT_EQ(send(a, set.data(), set.size(), 0), static_cast<ssize_t>(set.size()));
+  EXPECT_EQ(readReply(a), std::string("\x01\0\0\0\0", 5));
+  close(a);
+  close(b);
+}
+
+TEST(TcpStoreLimits, RequestsBeforeTheHandshakeAndOversizedOnesAreClosed) {
+  TcpStoreServer server("127.0.0.1", 0);
+  TcpStoreClient good("127.0.0.1", server.port(), 5);
+  const std::vector<std::pair<std::string, std::string>> strangers = {
+      {"a request without a handshake", frame(body(1, 0, {"k", "v"}))},
+      {"garbage", std::string("GET / HTTP/1.1\r\nHost: x\r\n\r\n")},
+      {"a huge length", std::string("\xff\xff\xff\x7f", 4) + "xxxx"},
+      {"a hello of another protocol", frame(body(6, 0, {"redis", "", std::string(32, 'n')}))},
+  };
+  for (const auto &[what, bytes] : strangers) {
+    const int fd = rawConnectBare(server.port());
+    ASSERT_EQ(send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
+    bool closed = false;
+    const Clock::time_point start = Clock::now();
+    const std::string reply = readUntilClosed(fd, 3000, &closed);
+    EXPECT_TRUE(closed) << what;
+    EXPECT_LT(since(start), 1.0) << what;
+    EXPECT_TRUE(reply.empty()) << what;
+    close(fd);
+  }
+  EXPECT_FALSE(good.check({"k"}));
+  // Past the handshake: a key over the limit is refused by the client itself...
+  hora_status_t status;
+  std::string message = errorOf([&] { good.set(std::string(kStoreMaxKey + 1, 'k'), "v"); }, &status);
+  EXPECT_EQ(status, HORA_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(message.find("exceeds the store's limit of 4096 bytes"), std::string::npos) << message;
+  message = errorOf([&] { good.set("k", std::string(kStoreMaxValue + 4096, 'v')); }, &status);
+  EXPECT_EQ(status, HORA_ERR_INVALID_ARGUMENT);
+  good.set("k", std::string(kStoreMaxKey, 'v'));  // at the limit: fine
+  // ...and by the server, which says why and closes.
+  const int fd = rawConnect(server.port());
+  const std::string big = frame(body(2, 0, {std::string(kStoreMaxKey + 1, 'k')}));
+  ASSERT_EQ(send(fd, big.data(), big.size(), MSG_NOSIGNAL), static_cast<ssize_t>(big.size()));
+  bool closed = false;
+  const std::string reply = readUntilClosed(fd, 3000, &closed);
+  EXPECT_TRUE(closed);
+  EXPECT_NE(reply.find("a key of 4097 bytes exceeds the store's limit of 4096 bytes"), std::string::npos) << reply;
+  close(fd);
+  EXPECT_EQ(good.get("k"), std::string(kStoreMaxKey, 'v'));
+}
+
+TEST(TcpStoreLimits, IdleAndStalledConnectionsAreClosed) {
+  StoreServerOptions options;
+  options.idleTimeoutS = 0.3;
+  TcpStoreServer server("127.0.0.1", 0, options);
+  TcpStoreClient good("127.0.0.1", server.port(), 5);
+  const int silent = rawConnectBare(server.port());
+  const int halfHello = rawConnectBare(server.port());
+  ASSERT_EQ(send(halfHello, "\x30\0\0\0\x06", 5, 0), 5);
+  const int halfRequest = rawConnect(server.port());
+  ASSERT_EQ(send(halfRequest, "\x40\0\0\0\x01", 5, 0), 5);
+  const int idleClient = rawConnect(server.port());  // shook hands, sends nothing: a real client
+  const Clock::time_point start = Clock::now();
+  for (int fd : {silent, halfHello, halfRequest}) {
+    bool closed = false;
+    readUntilClosed(fd, 3000, &closed);
+    EXPECT_TRUE(closed);
+    close(fd);
+  }
+  EXPECT_GE(since(start), 0.2);
+  EXPECT_LT(since(start), 2.0);
+  bool closed = false;
+  readUntilClosed(idleClient, 500, &closed);
+  EXPECT_FALSE(closed);  // an idle client that shook hands stays
+  const std::string set = frame(body(1, 0, {"idle", "ok"}));
+  ASSERT_EQ(send(idleClient, set.data(), set.size(), 0), static_cast<ssize_t>(set.size()));
+  EXPECT_EQ(readReply(idleClient), std::string("\x01\0\0\0\0", 5));
+  close(idleClient);
+  EXPECT_EQ(good.get("idle"), "ok");
+}
+
+TEST(TcpStoreLimits, ConnectionsBeyondTheLimitAreClosedAtOnce) {
+  StoreServerOptions options;
+  options.maxConnections = 3;
+  options.idleTimeoutS = 0.5;
+  TcpStoreServer server("127.0.0.1", 0, options);
+  std::vector<int> fds;
+  for (int i = 0; i < 6; ++i) fds.push_back(rawConnectBare(server.port()));
+  int closedAtOnce = 0;
+  for (int fd : fds) {
+    bool closed = false;
+    readUntilClosed(fd, 150, &closed);
+    closedAtOnce += closed;
+  }
+  EXPECT_EQ(closedAtOnce, 3);
+  // Once the strangers' handshake time is up, a client gets in (it retries until then).
+  TcpStoreClient late("127.0.0.1", server.port(), 5);
+  late.set("k", "v");
+  for (int fd : fds) close(fd);
+}
+
+TEST(TcpStoreSession, AnotherSessionWaitsAndTimesOutNamingIt) {
+  StoreServerOptions options;
+  options.session = "hora/1/";
+  TcpStoreServer server("127.0.0.1", 0, options);
+  TcpStoreClient same("127.0.0.1", server.port(), 5, {"", "hora/1/"});
+  TcpStoreClient any("127.0.0.1", server.port(), 5);
+  hora_status_t status;
+  const std::string message =
+      errorOf([&] { TcpStoreClient("127.0.0.1", server.port(), 0.3, {"", "hora/2/"}); }, &status);
+  EXPECT_EQ(status, HORA_ERR_TIMEOUT);
+  EXPECT_NE(message.find("serves the runtime 'hora/1/', not 'hora/2/'"), std::string::npos) << message;
+}
+
+TEST(TcpStoreBind, ListensOnlyWhereAsked) {
+  {
+    TcpStoreServer server("127.0.0.1", 0);
+    ASSERT_EQ(server.listening().size(), 1u);
+    EXPECT_EQ(server.listening()[0], "127.0.0.1:" + std::to_string(server.port()));
+    const int other = rawConnectTo("127.0.0.2", server.port());
+    EXPECT_LT(other, 0) << "reached a store bound to 127.0.0.1 through 127.0.0.2";
+    if (other >= 0) close(other);
+  }
+  {
+    TcpStoreServer server("", 0);
+    const int other = rawConnectTo("127.0.0.2", server.port());
+    EXPECT_GE(other, 0);
+    if (other >= 0) close(other);
+  }
+  {
+    // Not an address of this host: every interface, when allowed to fall back.
+    StoreServerOptions options;
+    options.anyIfNotLocal = true;
+    TcpStoreServer server("192.0.2.1", 0, options);  // TEST-NET-1
+    const int other = rawConnectTo("127.0.0.2", server.port());
+    EXPECT_GE(other, 0);
+    if (other >= 0) close(other);
+  }
+  // IPv6 where the host has it.
+  try {
+    TcpStoreServer server("::1", 0);
+    TcpStoreClient c("::1", server.port(), 2);
+    c.set("six", "yes");
+    EXPECT_EQ(c.get("six"), "yes");
+  } catch (const Error &e) {
+    std::cout << "no IPv6 loopback here: " << e.message() << "\n";
+  }
+}
+
+#if HORA_HAVE_GLOO
+// Two ranks on threads over Gloo's in-memory store: the pair check passes with one token and
+// names the peer when the tokens differ.
+std::vector<std::string> pairCheck(const std::string &token0, const std::string &token1) {
+  auto store = std::make_shared<gloo::rendezvous::HashStore>();
+  std::vector<std::string> out(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        gloo::transport::tcp::attr attr;
+        attr.hostname = "127.0.0.1";
+        auto device = gloo::transport::tcp::CreateDevice(attr);
+        auto context = std::make_shared<gloo::rendezvous::Context>(r, 2);
+        context->setTimeout(std::chrono::seconds(5));
+        context->connectFullMesh(*store, device);
+        authenticateGlooPairs(context, r == 0 ? token0 : token1, 2.0);
+        out[static_cast<size_t>(r)] = "ok";
+      } catch (const Error &e) {
+        out[static_cast<size_t>(r)] = std::to_string(e.status()) + " " + e.message();
+      } catch (const std::exception &e) {
+        out[static_cast<size_t>(r)] = std::string("other ") + e.what();
+      }
+    });
+  }
+  for (std::thread &t : threads) t.join();
+  return out;
+}
+
+TEST(GlooPairToken, SameTokenPassesDifferentTokensNameTheRank) {
+  auto ok = pairCheck("k", "k");
+  EXPECT_EQ(ok[0], "ok");
+  EXPECT_EQ(ok[1], "ok");
+  auto bad = pairCheck("k", "other");
+  EXPECT_EQ(bad[0].rfind("1 ", 0), 0u) << bad[0];  // HORA_ERR_INVALID_ARGUMENT
+  EXPECT_NE(bad[0].find("from rank 0 to rank 1 of 2 did not prove the job token"), std::string::npos) << bad[0];
+  EXPECT_NE(bad[1].find("from rank 1 to rank 0 of 2 did not prove the job token"), std::string::npos) << bad[1];
+}
+#endif
 
 TEST(TcpStore, FormatHostPort) {
   EXPECT_EQ(formatHostPort("10.0.0.1", 29500), "10.0.0.1:29500");

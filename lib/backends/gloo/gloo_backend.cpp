@@ -9,8 +9,10 @@
 #include <gloo/alltoallv.h>
 #include <gloo/broadcast.h>
 
+#include <algorithm>
 #include <cstring>
 
+#include "bootstrap/env/auth.h"
 #include "bootstrap/env/gloo_group.h"
 #include "bootstrap/env/env_bootstrap.h"
 #include "bootstrap/env/tcp_store.h"
@@ -164,19 +166,28 @@ std::unique_ptr<Backend> createGlooBackend(Group &group, double timeoutS) {
   if (auto *gloo = dynamic_cast<GlooGroup *>(&group)) {
     return std::make_unique<GlooBackend>(gloo->context(), timeoutS, nullptr, nullptr);
   }
-  // Another transport formed this group: stand up a store on set rank 0 and tell the others
-  // where it is through the group's own control plane.
+  // Another transport formed this group (MPI): stand up a store on set rank 0 and tell the
+  // others where it is, and a fresh job token for it, through the group's own control plane,
+  // which the launcher already protects. Only this group's ranks can then join the store or the
+  // mesh, whatever else reaches the port.
   std::unique_ptr<TcpStoreServer> server;
   std::string where;
   if (group.rank() == 0) {
-    server = std::make_unique<TcpStoreServer>("", 0);
-    where = hostAddress() + ":" + std::to_string(server->port());
+    StoreServerOptions options;
+    options.token = hexOf(randomBytes(32));
+    options.maxConnections = 4 * static_cast<size_t>(group.size()) + 64;
+    options.idleTimeoutS = std::min(10.0, std::max(1.0, timeoutS));
+    server = std::make_unique<TcpStoreServer>("", 0, options);
+    where = options.token + " " + hostAddress() + ":" + std::to_string(server->port());
   }
   group.control().broadcastFromRoot(where);
-  const size_t colon = where.rfind(':');
-  const std::string host = where.substr(0, colon);
-  const int port = std::stoi(where.substr(colon + 1));
-  auto store = std::make_shared<TcpStoreClient>(host, port, timeoutS);
+  const size_t space = where.find(' ');
+  const std::string token = where.substr(0, space);
+  const std::string address = where.substr(space + 1);
+  const size_t colon = address.rfind(':');
+  const std::string host = address.substr(0, colon);
+  const int port = std::stoi(address.substr(colon + 1));
+  auto store = std::make_shared<TcpStoreClient>(host, port, timeoutS, StoreClientOptions{token, ""});
   auto own = std::make_unique<GlooGroup>(store, "gloo/", group.rank(), group.size(),
                                          routeAddressTo(host, port), timeoutS);
   std::shared_ptr<gloo::Context> context = own->context();

@@ -10,6 +10,7 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -21,6 +22,8 @@
 
 #include "base/logging.h"
 #include "base/process.h"
+#include "bootstrap/env/auth.h"
+#include "bootstrap/env/pair_auth.h"
 
 namespace hora {
 namespace {
@@ -266,6 +269,96 @@ std::vector<PeerCard> exchangePeerCards(const std::shared_ptr<gloo::Context> &co
   return out;
 }
 
+
+// "1,3" for messages.
+std::string rankWords(const std::vector<int> &ranks) {
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? "," : "") + std::to_string(ranks[i]);
+  return out;
+}
+
+// One exchange of `width` bytes with every peer over its pair: out[peer] goes to that peer,
+// in[peer] comes from it. Throws Error(HORA_ERR_TIMEOUT) naming the peers that sent nothing.
+void exchangeWithPeers(const std::shared_ptr<gloo::Context> &context, std::vector<char> &out,
+                       std::vector<char> &in, size_t width, std::chrono::milliseconds timeout,
+                       const char *what) {
+  const int n = context->size, me = context->rank;
+  const uint64_t slot = static_cast<uint64_t>(context->nextSlot());
+  auto send = context->createUnboundBuffer(out.data(), out.size());
+  auto recv = context->createUnboundBuffer(in.data(), in.size());
+  for (int peer = 0; peer < n; ++peer) {
+    if (peer == me) continue;
+    recv->recv(peer, slot, static_cast<size_t>(peer) * width, width);
+    send->send(peer, slot, static_cast<size_t>(peer) * width, width);
+  }
+  std::vector<bool> heard(static_cast<size_t>(n), false);
+  heard[static_cast<size_t>(me)] = true;
+  try {
+    for (int i = 0; i + 1 < n; ++i) {
+      int from = -1;
+      recv->waitRecv(&from, timeout);
+      if (from >= 0 && from < n) heard[static_cast<size_t>(from)] = true;
+    }
+    for (int i = 0; i + 1 < n; ++i) send->waitSend(nullptr, timeout);
+  } catch (const std::exception &e) {
+    std::vector<int> silent;
+    for (int r = 0; r < n; ++r) {
+      if (!heard[static_cast<size_t>(r)]) silent.push_back(r);
+    }
+    HORA_THROW(HORA_ERR_TIMEOUT, "checking the job token on the gloo mesh (", what, "): ",
+               silent.empty() ? std::string("a peer") : rankWords(silent), " of ", n,
+               " did not answer rank ", me, " in time (", e.what(), ")");
+  }
+}
+
+}  // namespace
+
+void authenticateGlooPairs(const std::shared_ptr<gloo::Context> &context, const std::string &token,
+                           double timeoutS) {
+  if (token.empty() || context->size == 1) return;
+  const int n = context->size, me = context->rank;
+  const auto timeout = toMs(timeoutS);
+  const std::string label = "hora-pair/1";
+  auto slotOf = [](std::vector<char> &v, int peer, size_t width) { return &v[static_cast<size_t>(peer) * width]; };
+  // Round 1: a fresh nonce for each peer.
+  std::vector<char> myNonces(static_cast<size_t>(n) * kNonceBytes), theirNonces(myNonces.size());
+  const std::string random = randomBytes(myNonces.size());
+  std::memcpy(myNonces.data(), random.data(), random.size());
+  exchangeWithPeers(context, myNonces, theirNonces, kNonceBytes, timeout, "nonces");
+  // Round 2: answer each peer's nonce, bound to both ranks and to our own nonce.
+  std::vector<char> myProofs(static_cast<size_t>(n) * kProofBytes), theirProofs(myProofs.size());
+  const std::string meText = std::to_string(me);
+  for (int peer = 0; peer < n; ++peer) {
+    if (peer == me) continue;
+    const std::string peerText = std::to_string(peer);
+    const std::string theirs(slotOf(theirNonces, peer, kNonceBytes), kNonceBytes);
+    const std::string mine(slotOf(myNonces, peer, kNonceBytes), kNonceBytes);
+    const std::string proof = proveToken(token, label, {&meText, &peerText, &theirs, &mine});
+    std::memcpy(slotOf(myProofs, peer, kProofBytes), proof.data(), kProofBytes);
+  }
+  exchangeWithPeers(context, myProofs, theirProofs, kProofBytes, timeout, "proofs");
+  std::vector<int> failed;
+  for (int peer = 0; peer < n; ++peer) {
+    if (peer == me) continue;
+    const std::string peerText = std::to_string(peer);
+    const std::string theirs(slotOf(theirNonces, peer, kNonceBytes), kNonceBytes);
+    const std::string mine(slotOf(myNonces, peer, kNonceBytes), kNonceBytes);
+    const std::string expected = proveToken(token, label, {&peerText, &meText, &mine, &theirs});
+    if (!proofsEqual(std::string(slotOf(theirProofs, peer, kProofBytes), kProofBytes), expected)) {
+      failed.push_back(peer);
+    }
+  }
+  if (!failed.empty()) {
+    HORA_LOG(kWarning) << "gloo mesh: the connection to " << rankWords(failed)
+                       << " did not prove the job token";
+    HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "the gloo connection from rank ", me, " to ",
+               rankWords(failed), " of ", n,
+               " did not prove the job token (HORA_JOB_TOKEN): a process without it took that "
+               "rank's place, or the ranks were started with different tokens");
+  }
+}
+
+namespace {
 }  // namespace
 
 void throwGlooError(const char *what, int rank, const std::exception &e, const char *file,
@@ -302,6 +395,9 @@ GlooGroup::GlooGroup(std::shared_ptr<TcpStoreClient> store, const std::string &p
     context->connectFullMesh(adapter, device);
     context_ = context;
   });
+  // Before anything travels on the mesh: every pair proves the job token (no token: nothing).
+  glooCall("checking the job token on the gloo mesh", rank,
+           [&] { authenticateGlooPairs(context_, store->token(), timeoutS); });
   std::vector<PeerCard> cards;
   glooCall("exchanging the mesh's addresses", rank, [&] { cards = exchangePeerCards(context_); });
   for (int peer = 0; peer < size; ++peer) {

@@ -250,6 +250,29 @@ LaunchConfig readEnvConfig(const EnvLookup &env) {
   return c;
 }
 
+void checkNotPartOfAWorld(const EnvLookup &env) {
+  const char *rank = lookup(env, "RANK");
+  const char *size = lookup(env, "WORLD_SIZE");
+  if (rank == nullptr && size == nullptr) return;
+  const int r = rank ? intVar("RANK", rank, 0) : 0;
+  const int n = size ? intVar("WORLD_SIZE", size, 1) : 1;
+  if (r == 0 && n == 1) return;
+  std::string missing;
+  int count = 0;
+  for (const char *name : {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"}) {
+    if (lookup(env, name) != nullptr) continue;
+    missing += std::string(missing.empty() ? "" : " and ") + name;
+    ++count;
+  }
+  std::string given;
+  if (rank != nullptr) given = std::string("RANK=") + rank;
+  if (size != nullptr) given += std::string(given.empty() ? "" : " and ") + "WORLD_SIZE=" + size;
+  HORA_THROW(HORA_ERR_INVALID_ARGUMENT, given, " say this process is one of several, but ", missing,
+             count == 1 ? " is" : " are",
+             " not set: env:// needs MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE (unset RANK and "
+             "WORLD_SIZE to run as a world of one)");
+}
+
 LaunchConfig readSlurmConfig(const EnvLookup &env) {
   LaunchConfig c;
   c.launcher = "slurm";

@@ -25,6 +25,11 @@ using EnvLookup = std::function<const char *(const char *)>;
 // -> Error(HORA_ERR_INVALID_ARGUMENT) naming the variable, its value and what is expected.
 LaunchConfig readEnvConfig(const EnvLookup &env);
 
+// For a process about to run as a world of one: RANK or WORLD_SIZE saying it is one of several
+// (RANK above 0 or WORLD_SIZE above 1) while MASTER_ADDR or MASTER_PORT is missing is a launch
+// mistake, not a world of one -> Error(HORA_ERR_INVALID_ARGUMENT) naming what is missing.
+void checkNotPartOfAWorld(const EnvLookup &env);
+
 // A task started by srun: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID and the tasks
 // per node; the master is the first host of the step's node list unless MASTER_ADDR is set, the
 // port MASTER_PORT or else one derived from SLURM_JOB_ID (rule in the .cpp).

@@ -2,6 +2,10 @@
 // The rendezvous protocol on the store, rank 0's verdict, and topology from host names.
 #include "bootstrap/env/rendezvous.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +15,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "base/knobs.h"
 #include "base/logging.h"
 
 namespace hora {
@@ -402,20 +407,77 @@ std::string localHostName() {
 
 }  // namespace
 
-// Rank 0 serves one store per port for the life of the process. A runtime started after
-// hora_shutdown reuses it under a new key prefix: a peer that re-initialises faster than rank 0
-// then never connects to a server that is about to close.
-static std::shared_ptr<TcpStoreServer> storeServerFor(int port) {
+StoreSecurity storeSecurityFromEnvironment() {
+  const Knobs knobs = Knobs::fromEnvironment();
+  return {knobs.jobToken, knobs.storeBind};
+}
+
+std::pair<std::string, bool> storeBindHost(const std::string &masterAddr, const std::string &bind) {
+  if (!bind.empty()) {
+    if (bind == "*" || bind == "0.0.0.0" || bind == "::" || bind == "[::]") return {"", false};
+    return {bind, false};
+  }
+  std::string host = masterAddr;
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  in6_addr v6{};
+  in_addr v4{};
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1 || inet_pton(AF_INET6, host.c_str(), &v6) == 1) {
+    return {host, true};
+  }
+  if (host == "localhost" || host == "ip6-localhost" || host == "localhost.localdomain") return {host, true};
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo *found = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0) return {"", false};
+  bool loopback = false;
+  for (addrinfo *a = found; a != nullptr; a = a->ai_next) {
+    if (a->ai_family == AF_INET) {
+      const uint32_t ip = ntohl(reinterpret_cast<sockaddr_in *>(a->ai_addr)->sin_addr.s_addr);
+      loopback = loopback || (ip >> 24) == 127;
+    } else if (a->ai_family == AF_INET6) {
+      loopback = loopback || IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<sockaddr_in6 *>(a->ai_addr)->sin6_addr);
+    }
+  }
+  freeaddrinfo(found);
+  if (loopback) return {"", false};
+  return {host, true};
+}
+
+// Rank 0's server for this runtime, shared with any rendezvous of the same runtime in this
+// process (threads in tests). It lives as long as the runtime that formed it: hora_shutdown
+// closes it, and with it every key. A peer that re-initialises faster than rank 0 and reaches
+// the old server is told that it serves another session (the key prefix) and retries until
+// rank 0's next runtime serves the port.
+static std::shared_ptr<TcpStoreServer> storeServerFor(const LaunchConfig &config, double timeoutS,
+                                                      const std::string &session,
+                                                      const StoreSecurity &security) {
   static std::mutex mutex;  // guards servers
-  static std::map<int, std::shared_ptr<TcpStoreServer>> servers;
+  static std::map<int, std::weak_ptr<TcpStoreServer>> servers;
   std::lock_guard<std::mutex> lock(mutex);
-  std::shared_ptr<TcpStoreServer> &server = servers[port];
-  if (!server) server = std::make_shared<TcpStoreServer>("", port);
+  std::weak_ptr<TcpStoreServer> &slot = servers[config.masterPort];
+  if (auto live = slot.lock()) return live;
+  StoreServerOptions options;
+  options.token = security.token;
+  options.session = session;
+  // Each rank holds one connection, and a few for process sets and retries; strangers beyond
+  // this are turned away at once.
+  options.maxConnections = 4 * static_cast<size_t>(config.worldSize) + 64;
+  options.idleTimeoutS = std::min(10.0, std::max(1.0, timeoutS));
+  const auto [host, anyIfNotLocal] = storeBindHost(config.masterAddr, security.bind);
+  options.anyIfNotLocal = anyIfNotLocal;
+  auto server = std::make_shared<TcpStoreServer>(host, config.masterPort, options);
+  slot = server;
   return server;
 }
 
 Rendezvous rendezvous(const LaunchConfig &config, double timeoutS, uint64_t epoch,
                       const std::string &hostname) {
+  return rendezvous(config, timeoutS, epoch, hostname, storeSecurityFromEnvironment());
+}
+
+Rendezvous rendezvous(const LaunchConfig &config, double timeoutS, uint64_t epoch,
+                      const std::string &hostname, const StoreSecurity &security) {
   const Names names = namesFor(config.launcher);
   if (config.worldSize < 1 || config.rank < 0 || config.rank >= config.worldSize) {
     HORA_THROW(HORA_ERR_INVALID_ARGUMENT, names.rank, "=", config.rank, " is not below ",
@@ -431,8 +493,9 @@ Rendezvous rendezvous(const LaunchConfig &config, double timeoutS, uint64_t epoc
   Rendezvous rv;
   rv.prefix = "hora/" + std::to_string(epoch) + "/";
   const std::string &p = rv.prefix;
-  if (config.rank == 0) rv.server = storeServerFor(config.masterPort);
-  rv.store = std::make_shared<TcpStoreClient>(config.masterAddr, config.masterPort, timeoutS);
+  if (config.rank == 0) rv.server = storeServerFor(config, timeoutS, p, security);
+  rv.store = std::make_shared<TcpStoreClient>(config.masterAddr, config.masterPort, timeoutS,
+                                              StoreClientOptions{security.token, p});
   TcpStoreClient &store = *rv.store;
 
   Claim me;

@@ -29,6 +29,7 @@
 
 #include "base/error.h"
 #include "base/logging.h"
+#include "bootstrap/env/auth.h"
 
 namespace hora {
 
@@ -37,22 +38,39 @@ namespace hora {
 // each argument as u32 length + bytes. Reply body: u8 status, then the payload: get -> the value,
 // add -> i64, check -> u8, timed-out get/wait -> u32 missing count, u32 n, n keys (u32 + bytes),
 // error -> a message. One request is in flight per connection; replies come in order.
+//
+// Every connection starts with a handshake (docs/security.md), in the same frames:
+//   client: hello [magic, session, client nonce Nc]
+//   server: ok [u8 token required, server nonce Ns, server proof or ""]   (busy + why: another
+//           session; the client retries later)
+//   client: proof [client proof or ""]
+//   server: ok, or failed + why, and closes
+// where a proof is HMAC-SHA256(token, label, Nc, Ns) with label "hora-store/1 server" or
+// "hora-store/1 client": each side proves the token against a nonce the other just chose, so a
+// recorded proof is worth nothing on another connection. Until the handshake is done a frame
+// may hold at most kMaxHandshakeBody bytes and only the next handshake step.
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-enum Command : uint8_t { kSet = 1, kGet = 2, kAdd = 3, kCheck = 4, kWait = 5 };
-enum ReplyStatus : uint8_t { kOk = 0, kTimedOut = 1, kFailed = 2 };
+enum Command : uint8_t { kSet = 1, kGet = 2, kAdd = 3, kCheck = 4, kWait = 5, kHello = 6, kProof = 7 };
+enum ReplyStatus : uint8_t { kOk = 0, kTimedOut = 1, kFailed = 2, kBusy = 3 };
 
-// Values carry addresses and ids of a few hundred bytes; the bound only stops a bad peer from
-// making the store allocate without limit.
-constexpr uint32_t kMaxBody = (64u << 20) + 4096;
+const char kMagic[] = "hora-store/1";
+const char kServerLabel[] = "hora-store/1 server";
+const char kClientLabel[] = "hora-store/1 client";
+
+// The largest request: a set of the largest key and value (a wait on many keys fits too).
+constexpr uint32_t kMaxBody = kStoreMaxValue + kStoreMaxKey + 64;
 constexpr uint32_t kMaxArgs = 1u << 16;
 constexpr size_t kMinRequest = 1 + 4 + 4;
+constexpr uint32_t kMaxHandshakeBody = 1024;
 // A connection stops being read once this much is buffered but not yet handled.
 constexpr size_t kMaxBuffered = size_t{kMaxBody} + 4 + 65536;
 // Keys named in a timeout reply (the count of all missing keys travels too).
 constexpr uint32_t kMaxNamedKeys = 16;
+// Refused connections and failing accepts: at most one log line this often.
+constexpr std::chrono::milliseconds kLogInterval{5000};
 
 void putU32(std::string &out, uint32_t v) {
   for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
@@ -212,25 +230,32 @@ std::string formatHostPort(const std::string &host, int port) {
 // Server
 
 struct TcpStoreServer::Impl {
+  enum class Stage { kHello, kProof, kReady };
   struct Connection {
     int fd = -1;
     std::string peer;
     std::string in;  // received, not yet handled from inPos on
     size_t inPos = 0;
     std::string out;  // replies not yet written
+    Stage stage = Stage::kHello;
+    std::string clientNonce, serverNonce;
+    Clock::time_point accepted, lastRead;
     bool waiting = false;  // a get/wait is parked in waiters; later requests stay queued
     bool peerClosed = false;
+    bool closeWhenFlushed = false;  // refused: the last reply goes out, then the connection closes
     bool dead = false;  // closed at the end of this loop turn
   };
   struct Waiter {
     uint64_t connection;
     uint8_t command;
     std::vector<std::string> keys;
-    size_t next = 0;  // keys before this exist (keys are never deleted)
+    size_t next = 0;  // keys before this exist
     Clock::time_point deadline;
   };
 
-  int listenFd = -1;
+  StoreServerOptions options;
+  std::vector<int> listenFds;
+  std::vector<std::string> listening;
   int wakeRead = -1, wakeWrite = -1;
   int port = 0;
   std::atomic<bool> stop{false};
@@ -241,25 +266,46 @@ struct TcpStoreServer::Impl {
   uint64_t nextConnection = 1;
   std::list<Waiter> waiters;
   std::unordered_map<std::string, std::string> data;
+  // accept() failing for want of descriptors or memory: the listening sockets stay readable, so
+  // they are left out of poll until this time (backoff doubling to 1 s) instead of spinning.
+  Clock::time_point acceptPausedUntil{};
+  std::chrono::milliseconds acceptBackoff{0};
+  LogLimiter refusedLog{kLogInterval};
+  LogLimiter acceptLog{kLogInterval};
 
   ~Impl() {
-    for (int fd : {listenFd, wakeRead, wakeWrite}) {
+    for (int fd : listenFds) close(fd);
+    for (int fd : {wakeRead, wakeWrite}) {
       if (fd >= 0) close(fd);
     }
   }
 
   void run();
-  void acceptAll();
+  void acceptAll(int listenFd);
   void readFrom(Connection &c);
   void flush(Connection &c);
   void handleFrames(uint64_t id, Connection &c);
   bool handle(uint64_t id, Connection &c, Reader &body, std::string *why);
+  bool handshake(uint64_t id, Connection &c, uint8_t command, std::vector<std::string> &args,
+                 std::string *why);
   void reply(uint64_t id, uint8_t status, const std::string &payload);
   void protocolError(Connection &c, const std::string &why);
+  void refuse(Connection &c, const std::string &why);
+  Clock::time_point idleDeadline(const Connection &c) const;
   void keySet(const std::string &key);
   bool advance(Waiter &w) const;
   void answer(Waiter &w, bool timedOut);
 };
+
+Clock::time_point TcpStoreServer::Impl::idleDeadline(const Connection &c) const {
+  const auto idle = std::chrono::microseconds(static_cast<int64_t>(options.idleTimeoutS * 1e6));
+  if (c.stage != Stage::kReady) return c.accepted + idle;
+  // Part of a request has arrived and the rest does not come.
+  const size_t avail = c.in.size() - c.inPos;
+  if (avail == 0 || c.waiting) return Clock::time_point::max();
+  if (avail >= 4 && avail >= 4 + size_t{getU32(c.in.data() + c.inPos)}) return Clock::time_point::max();
+  return c.lastRead + idle;
+}
 
 void TcpStoreServer::Impl::run() {
   pthread_setname_np(pthread_self(), "hora-store");
@@ -269,7 +315,9 @@ void TcpStoreServer::Impl::run() {
     fds.clear();
     ids.clear();
     fds.push_back({wakeRead, POLLIN, 0});
-    fds.push_back({listenFd, POLLIN, 0});
+    const bool accepting = Clock::now() >= acceptPausedUntil;
+    for (int fd : listenFds) fds.push_back({fd, static_cast<short>(accepting ? POLLIN : 0), 0});
+    const size_t first = fds.size();
     for (auto &[id, c] : connections) {
       short events = 0;
       if (c.in.size() - c.inPos < kMaxBuffered) events |= POLLIN;
@@ -277,20 +325,22 @@ void TcpStoreServer::Impl::run() {
       fds.push_back({c.fd, events, 0});
       ids.push_back(id);
     }
-    int timeoutMs = -1;
     // A connection whose wait was answered during the last turn may hold queued requests.
     bool queued = false;
+    Clock::time_point wake = Clock::time_point::max();
     for (auto &[id, c] : connections) {
       const size_t avail = c.in.size() - c.inPos;
       queued = queued || (!c.waiting && !c.dead && c.out.size() < kMaxBuffered && avail >= 4 &&
                           avail >= 4 + size_t{getU32(c.in.data() + c.inPos)});
+      wake = std::min(wake, idleDeadline(c));
     }
+    for (const Waiter &w : waiters) wake = std::min(wake, w.deadline);
+    if (!accepting) wake = std::min(wake, acceptPausedUntil);
+    int timeoutMs = -1;
     if (queued) {
       timeoutMs = 0;
-    } else if (!waiters.empty()) {
-      Clock::time_point first = waiters.front().deadline;
-      for (const Waiter &w : waiters) first = std::min(first, w.deadline);
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(first - Clock::now());
+    } else if (wake != Clock::time_point::max()) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wake - Clock::now());
       timeoutMs = static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(left.count() + 1, INT_MAX)));
     }
     const int ready = poll(fds.data(), fds.size(), timeoutMs);
@@ -305,16 +355,25 @@ void TcpStoreServer::Impl::run() {
       while (read(wakeRead, drain, sizeof drain) > 0) {
       }
     }
-    if (fds[1].revents & POLLIN) acceptAll();
+    for (size_t i = 1; i < first; ++i) {
+      if (fds[i].revents & POLLIN) acceptAll(fds[i].fd);
+    }
     for (size_t i = 0; i < ids.size(); ++i) {
       auto it = connections.find(ids[i]);
       if (it == connections.end()) continue;
       Connection &c = it->second;
-      const short revents = fds[i + 2].revents;
+      const short revents = fds[i + first].revents;
       if (revents & (POLLIN | POLLHUP | POLLERR)) readFrom(c);
       if (!c.dead) handleFrames(ids[i], c);
       if (!c.dead && !c.out.empty()) flush(c);
-      if (c.peerClosed) c.dead = true;
+      if (c.peerClosed) {
+        if (c.stage != Stage::kReady && !c.closeWhenFlushed) {
+          refuse(c, c.in.size() == c.inPos ? "closed before the handshake finished"
+                                           : "closed in the middle of a handshake message");
+        }
+        c.dead = true;
+      }
+      if (c.closeWhenFlushed && c.out.empty()) c.dead = true;
     }
     const Clock::time_point now = Clock::now();
     for (auto it = waiters.begin(); it != waiters.end();) {
@@ -324,6 +383,16 @@ void TcpStoreServer::Impl::run() {
       } else {
         ++it;
       }
+    }
+    for (auto &[id, c] : connections) {
+      if (c.dead || idleDeadline(c) > now) continue;
+      if (c.stage != Stage::kReady) {
+        refuse(c, c.closeWhenFlushed ? "did not read its refusal" : "no handshake within " +
+                                                                          seconds(options.idleTimeoutS) + " s");
+      } else {
+        protocolError(c, "sent part of a request, then nothing for " + seconds(options.idleTimeoutS) + " s");
+      }
+      c.dead = true;
     }
     for (auto it = connections.begin(); it != connections.end();) {
       if (it->second.dead) {
@@ -341,23 +410,42 @@ void TcpStoreServer::Impl::run() {
   waiters.clear();
 }
 
-void TcpStoreServer::Impl::acceptAll() {
+void TcpStoreServer::Impl::acceptAll(int listenFd) {
   for (;;) {
     sockaddr_storage addr{};
     socklen_t len = sizeof addr;
     const int fd = accept4(listenFd, reinterpret_cast<sockaddr *>(&addr), &len,
                            SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
-      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED) {
-        HORA_LOG(kWarning) << "hora-store: accept failed: " << errnoText(errno);
+      const int err = errno;
+      if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR || err == ECONNABORTED) return;
+      // Out of descriptors or memory: the pending connection stays queued and the socket
+      // readable. Pause accepting (10 ms doubling to 1 s) rather than spin on it.
+      acceptBackoff = std::min(std::max(acceptBackoff * 2, std::chrono::milliseconds(10)),
+                               std::chrono::milliseconds(1000));
+      acceptPausedUntil = Clock::now() + acceptBackoff;
+      uint64_t suppressed = 0;
+      if (acceptLog.allow(&suppressed)) {
+        HORA_LOG(kWarning) << "hora-store: accept failed (" << errnoText(err) << ", "
+                           << connections.size() << " connections open); pausing accepts"
+                           << (suppressed ? " (" + std::to_string(suppressed) + " more failures since the last report)"
+                                          : std::string());
       }
       return;
     }
+    acceptBackoff = std::chrono::milliseconds(0);
     const int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     Connection c;
     c.fd = fd;
     c.peer = peerName(addr);
+    c.accepted = c.lastRead = Clock::now();
+    if (options.maxConnections > 0 && connections.size() >= options.maxConnections) {
+      refuse(c, std::to_string(connections.size()) + " connections are open (limit " +
+                    std::to_string(options.maxConnections) + ")");
+      close(fd);
+      continue;
+    }
     connections.emplace(nextConnection++, std::move(c));
   }
 }
@@ -368,6 +456,7 @@ void TcpStoreServer::Impl::readFrom(Connection &c) {
     const ssize_t n = recv(c.fd, buffer, sizeof buffer, 0);
     if (n > 0) {
       c.in.append(buffer, static_cast<size_t>(n));
+      c.lastRead = Clock::now();
       continue;
     }
     if (n == 0) {
@@ -400,19 +489,51 @@ void TcpStoreServer::Impl::flush(Connection &c) {
 }
 
 void TcpStoreServer::Impl::protocolError(Connection &c, const std::string &why) {
+  if (c.stage != Stage::kReady) {
+    refuse(c, why);
+    c.dead = true;
+    return;
+  }
   HORA_LOG(kWarning) << "hora-store: closing the connection from " << c.peer << ": " << why;
   c.dead = true;
 }
 
+// A connection that never became a client: logged (rate-limited, so a port scan or a flood
+// of strangers costs one line per few seconds), closed by the caller.
+void TcpStoreServer::Impl::refuse(Connection &c, const std::string &why) {
+  uint64_t suppressed = 0;
+  if (!refusedLog.allow(&suppressed)) return;
+  HORA_LOG(kWarning) << "hora-store: refused a connection from " << c.peer << ": " << why
+                     << (suppressed ? " (and " + std::to_string(suppressed) +
+                                          " more refused since the last report)"
+                                    : std::string());
+}
+
 void TcpStoreServer::Impl::handleFrames(uint64_t id, Connection &c) {
   // A client whose replies pile up unread gets no more service until it reads them.
-  while (!c.dead && !c.waiting && c.out.size() < kMaxBuffered) {
+  while (!c.dead && !c.closeWhenFlushed && !c.waiting && c.out.size() < kMaxBuffered) {
     const size_t avail = c.in.size() - c.inPos;
     if (avail < 4) break;
     const uint32_t length = getU32(c.in.data() + c.inPos);
-    if (length < kMinRequest || length > kMaxBody) {
-      protocolError(c, "request of " + std::to_string(length) + " bytes (allowed " +
-                           std::to_string(kMinRequest) + ".." + std::to_string(kMaxBody) + ")");
+    if (c.stage != Stage::kReady && (length < kMinRequest || length > kMaxHandshakeBody)) {
+      refuse(c, "not a hora store client (a first message of " + std::to_string(length) + " bytes)");
+      c.dead = true;
+      break;
+    }
+    if (length < kMinRequest) {
+      protocolError(c, "request of " + std::to_string(length) + " bytes (at least " +
+                           std::to_string(kMinRequest) + ")");
+      break;
+    }
+    if (length > kMaxBody) {
+      // A client of ours that went too far: tell it why, then close.
+      const std::string why = "a request of " + std::to_string(length) +
+                              " bytes exceeds the store's limit of " + std::to_string(kMaxBody) +
+                              " bytes (keys up to " + std::to_string(kStoreMaxKey) +
+                              " bytes, values up to " + std::to_string(kStoreMaxValue) + ")";
+      HORA_LOG(kWarning) << "hora-store: closing the connection from " << c.peer << ": " << why;
+      reply(id, kFailed, why);
+      c.closeWhenFlushed = true;
       break;
     }
     if (avail < 4 + size_t{length}) break;
@@ -440,7 +561,7 @@ bool TcpStoreServer::Impl::handle(uint64_t id, Connection &c, Reader &body, std:
     *why = "truncated request header";
     return false;
   }
-  if (command < kSet || command > kWait) {
+  if (command < kSet || command > kProof) {
     *why = "unknown command " + std::to_string(command);
     return false;
   }
@@ -460,11 +581,28 @@ bool TcpStoreServer::Impl::handle(uint64_t id, Connection &c, Reader &body, std:
     *why = std::to_string(body.left()) + " stray bytes after the arguments";
     return false;
   }
-  static const size_t kArity[] = {0, 2, 1, 2, SIZE_MAX, SIZE_MAX};
+  static const size_t kArity[] = {0, 2, 1, 2, SIZE_MAX, SIZE_MAX, 3, 1};
   if (kArity[command] != SIZE_MAX && args.size() != kArity[command]) {
     *why = "command " + std::to_string(command) + " with " + std::to_string(args.size()) +
            " arguments (expected " + std::to_string(kArity[command]) + ")";
     return false;
+  }
+  if (c.stage != Stage::kReady || command == kHello || command == kProof) {
+    return handshake(id, c, command, args, why);
+  }
+  // Keys are bounded on their own (the frame bound covers values).
+  for (size_t i = 0; i < args.size(); ++i) {
+    const bool isValue = (command == kSet || command == kAdd) && i == 1;
+    if (args[i].size() > (isValue ? kStoreMaxValue : kStoreMaxKey)) {
+      const std::string message = std::string(isValue ? "a value of " : "a key of ") +
+                                  std::to_string(args[i].size()) +
+                                  " bytes exceeds the store's limit of " +
+                                  std::to_string(isValue ? kStoreMaxValue : kStoreMaxKey) + " bytes";
+      HORA_LOG(kWarning) << "hora-store: closing the connection from " << c.peer << ": " << message;
+      reply(id, kFailed, message);
+      c.closeWhenFlushed = true;
+      return true;
+    }
   }
   switch (command) {
     case kSet: {
@@ -531,6 +669,57 @@ bool TcpStoreServer::Impl::handle(uint64_t id, Connection &c, Reader &body, std:
   return false;
 }
 
+bool TcpStoreServer::Impl::handshake(uint64_t id, Connection &c, uint8_t command,
+                                     std::vector<std::string> &args, std::string *why) {
+  if (c.stage == Stage::kHello && command == kHello) {
+    if (args[0] != kMagic || args[2].size() != kNonceBytes) {
+      *why = "not a hora store client (a hello of another protocol)";
+      return false;
+    }
+    if (!options.session.empty() && !args[1].empty() && args[1] != options.session) {
+      // A rank of a later runtime, early: rank 0 will soon serve that runtime here.
+      reply(id, kBusy, "this store serves the runtime '" + options.session + "', not '" + args[1] + "'");
+      c.closeWhenFlushed = true;
+      return true;
+    }
+    c.clientNonce = std::move(args[2]);
+    c.serverNonce = randomBytes(kNonceBytes);
+    std::string payload(1, options.token.empty() ? '\0' : '\1');
+    putU32(payload, static_cast<uint32_t>(c.serverNonce.size()));
+    payload += c.serverNonce;
+    const std::string proof = options.token.empty()
+                                  ? std::string()
+                                  : proveToken(options.token, kServerLabel, {&c.clientNonce, &c.serverNonce});
+    putU32(payload, static_cast<uint32_t>(proof.size()));
+    payload += proof;
+    c.stage = Stage::kProof;
+    reply(id, kOk, payload);
+    return true;
+  }
+  if (c.stage == Stage::kProof && command == kProof) {
+    if (!options.token.empty()) {
+      const std::string expected = proveToken(options.token, kClientLabel, {&c.clientNonce, &c.serverNonce});
+      if (!proofsEqual(args[0], expected)) {
+        refuse(c, args[0].empty() ? "no job token (HORA_JOB_TOKEN is set for this job)"
+                                  : "wrong job token (its proof does not match HORA_JOB_TOKEN)");
+        reply(id, kFailed, args[0].empty()
+                               ? "this store requires the job's token: set HORA_JOB_TOKEN to it"
+                               : "wrong job token: HORA_JOB_TOKEN differs from the job's");
+        c.closeWhenFlushed = true;
+        return true;
+      }
+    }
+    c.stage = Stage::kReady;
+    c.clientNonce.clear();
+    c.serverNonce.clear();
+    reply(id, kOk, "");
+    return true;
+  }
+  *why = c.stage == Stage::kReady ? "a handshake message after the handshake"
+                                  : "not a hora store client (a request before the handshake)";
+  return false;
+}
+
 bool TcpStoreServer::Impl::advance(Waiter &w) const {
   while (w.next < w.keys.size() && data.count(w.keys[w.next]) != 0) ++w.next;
   return w.next == w.keys.size();
@@ -580,88 +769,124 @@ void TcpStoreServer::Impl::reply(uint64_t id, uint8_t status, const std::string 
   if (!c.dead) flush(c);
 }
 
-TcpStoreServer::TcpStoreServer(const std::string &host, int port) : impl_(std::make_unique<Impl>()) {
-  if (port < 0 || port > 65535) {
-    HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "store port ", port, " is outside 0..65535");
-  }
-  const std::string where = formatHostPort(host.empty() ? localHostName() : host, port);
-  const std::string shown = host.empty() ? localHostName() : host;
+namespace {
 
-  // Candidate addresses: for "" the IPv6 wildcard as a dual-stack socket (reachable over IPv4
-  // too), falling back to the IPv4 wildcard where the host has no IPv6.
-  std::vector<sockaddr_storage> candidates;
-  std::vector<socklen_t> lengths;
+sockaddr_storage withPort(sockaddr_storage s, int port) {
+  if (s.ss_family == AF_INET6) {
+    reinterpret_cast<sockaddr_in6 *>(&s)->sin6_port = htons(static_cast<uint16_t>(port));
+  } else {
+    reinterpret_cast<sockaddr_in *>(&s)->sin_port = htons(static_cast<uint16_t>(port));
+  }
+  return s;
+}
+
+// Every address to listen on for `host` ("" = the wildcards: the IPv6 one as a dual-stack
+// socket, reachable over IPv4 too, else the IPv4 one where the host has no IPv6).
+std::vector<std::pair<sockaddr_storage, socklen_t>> bindCandidates(const std::string &host,
+                                                                   const std::string &where) {
+  std::vector<std::pair<sockaddr_storage, socklen_t>> out;
   if (host.empty()) {
     sockaddr_in6 any6{};
     any6.sin6_family = AF_INET6;
     any6.sin6_addr = in6addr_any;
-    any6.sin6_port = htons(static_cast<uint16_t>(port));
     sockaddr_in any4{};
     any4.sin_family = AF_INET;
     any4.sin_addr.s_addr = htonl(INADDR_ANY);
-    any4.sin_port = htons(static_cast<uint16_t>(port));
     sockaddr_storage s6{}, s4{};
     std::memcpy(&s6, &any6, sizeof any6);
     std::memcpy(&s4, &any4, sizeof any4);
-    candidates = {s6, s4};
-    lengths = {sizeof any6, sizeof any4};
-  } else {
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-    addrinfo *found = nullptr;
-    const int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found);
-    if (rc != 0) {
-      HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "cannot serve the store on ", where,
-                 ": cannot resolve '", host, "' (", gai_strerror(rc), ")");
-    }
-    for (addrinfo *a = found; a != nullptr; a = a->ai_next) {
-      sockaddr_storage s{};
-      std::memcpy(&s, a->ai_addr, a->ai_addrlen);
-      candidates.push_back(s);
-      lengths.push_back(a->ai_addrlen);
-    }
-    freeaddrinfo(found);
+    return {{s6, sizeof any6}, {s4, sizeof any4}};
   }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo *found = nullptr;
+  const int rc = getaddrinfo(host.c_str(), "0", &hints, &found);
+  if (rc != 0) {
+    HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "cannot serve the store on ", where, ": cannot resolve '",
+               host, "' (", gai_strerror(rc), ")");
+  }
+  for (addrinfo *a = found; a != nullptr; a = a->ai_next) {
+    sockaddr_storage s{};
+    std::memcpy(&s, a->ai_addr, a->ai_addrlen);
+    bool seen = false;
+    for (const auto &[o, len] : out) seen = seen || (len == a->ai_addrlen && std::memcmp(&o, &s, len) == 0);
+    if (!seen) out.push_back({s, static_cast<socklen_t>(a->ai_addrlen)});
+  }
+  freeaddrinfo(found);
+  return out;
+}
 
-  std::string lastError = "no address to bind";
-  for (size_t i = 0; i < candidates.size() && impl_->listenFd < 0; ++i) {
-    const int family = candidates[i].ss_family;
-    const int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-      lastError = errnoText(errno);
-      continue;
-    }
-    const int one = 1, zero = 0;
-    // SO_REUSEADDR: a restarted job can reuse the port while the last run's sockets linger in
-    // TIME_WAIT. It does not let two live listeners share the port (that needs SO_REUSEPORT).
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (family == AF_INET6 && host.empty()) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
-    if (bind(fd, reinterpret_cast<sockaddr *>(&candidates[i]), lengths[i]) != 0 ||
-        listen(fd, SOMAXCONN) != 0) {
-      const int err = errno;
-      close(fd);
-      if (err == EADDRINUSE) {
-        const std::string owner = port == 0 ? "" : findPortOwner(port);
-        HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "MASTER_PORT ", port, " on ", shown, " is in use by ",
-                   owner.empty() ? "another process" : owner,
-                   "; pick a free port or stop the process holding it");
-      }
-      lastError = errnoText(err);
-      continue;
-    }
-    impl_->listenFd = fd;
+}  // namespace
+
+TcpStoreServer::TcpStoreServer(const std::string &host, int port, StoreServerOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  if (port < 0 || port > 65535) {
+    HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "store port ", port, " is outside 0..65535");
   }
-  if (impl_->listenFd < 0) {
+  impl_->options = std::move(options);
+  const std::string shown = host.empty() ? localHostName() : host;
+  const std::string where = formatHostPort(shown, port);
+
+  // Named host: listen on each of its addresses that is on this host. Wildcard: on the first
+  // wildcard that works.
+  auto listenOn = [&](const std::string &h) {
+    std::string lastError = "no address to bind";
+    int chosenPort = port;
+    for (const auto &[address, length] : bindCandidates(h, where)) {
+      if (h.empty() && !impl_->listenFds.empty()) break;
+      sockaddr_storage a = withPort(address, chosenPort);
+      const int family = a.ss_family;
+      const int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      if (fd < 0) {
+        lastError = errnoText(errno);
+        continue;
+      }
+      const int one = 1, zero = 0;
+      // SO_REUSEADDR: a restarted job can reuse the port while the last run's sockets linger in
+      // TIME_WAIT. It does not let two live listeners share the port (that needs SO_REUSEPORT).
+      setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+      if (family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, h.empty() ? &zero : &one, sizeof one);
+      if (bind(fd, reinterpret_cast<sockaddr *>(&a), length) != 0 || listen(fd, SOMAXCONN) != 0) {
+        const int err = errno;
+        close(fd);
+        if (err == EADDRINUSE) {
+          const std::string owner = chosenPort == 0 ? "" : findPortOwner(chosenPort);
+          HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "MASTER_PORT ", chosenPort, " on ", shown,
+                     " is in use by ", owner.empty() ? "another process" : owner,
+                     "; pick a free port or stop the process holding it");
+        }
+        lastError = errnoText(err);
+        continue;
+      }
+      sockaddr_storage bound{};
+      socklen_t len = sizeof bound;
+      getsockname(fd, reinterpret_cast<sockaddr *>(&bound), &len);
+      chosenPort = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6 *>(&bound)->sin6_port
+                                                     : reinterpret_cast<sockaddr_in *>(&bound)->sin_port);
+      char text[NI_MAXHOST] = {0};
+      getnameinfo(reinterpret_cast<sockaddr *>(&bound), len, text, sizeof text, nullptr, 0, NI_NUMERICHOST);
+      impl_->listenFds.push_back(fd);
+      impl_->listening.push_back(formatHostPort(text, chosenPort));
+      impl_->port = chosenPort;
+    }
+    return lastError;
+  };
+  std::string lastError = listenOn(host);
+  if (impl_->listenFds.empty() && !host.empty() && impl_->options.anyIfNotLocal) {
+    HORA_LOG(kInfo) << "hora-store: " << host << " is not an address of this host (" << lastError
+                    << "); listening on every interface (HORA_STORE_BIND chooses one)";
+    lastError = listenOn("");
+  }
+  if (impl_->listenFds.empty()) {
     HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "cannot serve the store on ", where, ": ", lastError);
   }
-  sockaddr_storage bound{};
-  socklen_t len = sizeof bound;
-  getsockname(impl_->listenFd, reinterpret_cast<sockaddr *>(&bound), &len);
-  impl_->port = ntohs(bound.ss_family == AF_INET6
-                          ? reinterpret_cast<sockaddr_in6 *>(&bound)->sin6_port
-                          : reinterpret_cast<sockaddr_in *>(&bound)->sin_port);
+  HORA_LOG(kDebug) << "hora-store: listening on " << [&] {
+    std::string all;
+    for (const std::string &l : impl_->listening) all += (all.empty() ? "" : ", ") + l;
+    return all;
+  }() << (impl_->options.token.empty() ? " (no job token)" : " (job token required)");
 
   int pipeFds[2];
   if (pipe2(pipeFds, O_NONBLOCK | O_CLOEXEC) != 0) {
@@ -682,6 +907,8 @@ TcpStoreServer::~TcpStoreServer() {
 }
 
 int TcpStoreServer::port() const { return impl_->port; }
+
+std::vector<std::string> TcpStoreServer::listening() const { return impl_->listening; }
 
 // ------------------------------------------------------------------------------------------------
 // Client
@@ -762,8 +989,13 @@ int msUntil(Clock::time_point deadline) {
 
 }  // namespace
 
-TcpStoreClient::TcpStoreClient(const std::string &host, int port, double timeoutS)
-    : host_(host), port_(port), timeoutS_(timeoutS), address_(formatHostPort(host, port)) {
+TcpStoreClient::TcpStoreClient(const std::string &host, int port, double timeoutS,
+                               StoreClientOptions options)
+    : host_(host),
+      port_(port),
+      timeoutS_(timeoutS),
+      options_(std::move(options)),
+      address_(formatHostPort(host, port)) {
   if (port <= 0 || port > 65535) {
     HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "store port ", port, " is outside 1..65535");
   }
@@ -772,7 +1004,13 @@ TcpStoreClient::TcpStoreClient(const std::string &host, int port, double timeout
   std::string why = "not tried";
   for (;;) {
     fd_ = tryConnect(host_, port_, deadline, &why);
-    if (fd_ >= 0) return;
+    if (fd_ >= 0) {
+      if (handshake(&why, std::chrono::duration<double>(deadline - Clock::now()).count()) == 0) return;
+      // Refused for now (the server of an earlier runtime, or full): a fresh connection later.
+      if (fd_ >= 0) close(fd_);
+      fd_ = -1;
+      lost_.clear();
+    }
     const Clock::time_point now = Clock::now();
     if (now >= deadline) break;
     std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - now));
@@ -780,6 +1018,67 @@ TcpStoreClient::TcpStoreClient(const std::string &host, int port, double timeout
   }
   HORA_THROW(HORA_ERR_TIMEOUT, "master ", address_, " unreachable after ", seconds(timeoutS), " s (",
              why, "); is rank 0 running and MASTER_ADDR/MASTER_PORT right?");
+}
+
+int TcpStoreClient::handshake(std::string *why, double timeoutS) {
+  const std::string magic = kMagic;
+  const std::string nonce = randomBytes(kNonceBytes);
+  const double saved = timeoutS_;
+  timeoutS_ = std::min(std::max(timeoutS, 0.1), saved);  // a silent stranger must not hold us
+  Reply hello;
+  try {
+    hello = request(kHello, {&magic, &options_.session, &nonce}, 0);
+  } catch (const Error &e) {
+    timeoutS_ = saved;
+    if (e.status() == HORA_ERR_INVALID_ARGUMENT) throw;
+    *why = "handshake: " + e.message();
+    return 1;
+  }
+  if (hello.status == kBusy) {
+    timeoutS_ = saved;
+    *why = hello.payload + "; waiting for rank 0 to serve this one";
+    return 1;
+  }
+  Reader r(hello.payload.data(), hello.payload.size());
+  uint8_t required = 0;
+  std::string serverNonce, serverProof;
+  if (hello.status != kOk || !r.u8(&required) || !r.bytes(&serverNonce) || !r.bytes(&serverProof) ||
+      r.left() != 0 || serverNonce.size() != kNonceBytes) {
+    timeoutS_ = saved;
+    HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "the store at ", address_,
+               " answered the handshake with a malformed message: is another program using this port?");
+  }
+  const std::string &token = options_.token;
+  if (required == 0 && !token.empty()) {
+    timeoutS_ = saved;
+    HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "the store at ", address_,
+               " does not ask for a job token, but HORA_JOB_TOKEN is set here: rank 0 runs without "
+               "it (set the same HORA_JOB_TOKEN on every rank), or a stranger serves this port");
+  }
+  const bool serverProved =
+      !token.empty() && proofsEqual(serverProof, proveToken(token, kServerLabel, {&nonce, &serverNonce}));
+  // Our proof goes out even when the store's did not check out, so that a real store with
+  // another token can log the refusal.
+  const std::string mine = token.empty() ? std::string() : proveToken(token, kClientLabel, {&nonce, &serverNonce});
+  try {
+    request(kProof, {&mine}, 0);
+  } catch (const Error &e) {
+    timeoutS_ = saved;
+    if (e.status() != HORA_ERR_INVALID_ARGUMENT) {
+      *why = "handshake: " + e.message();
+      return 1;
+    }
+    HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "the store at ", address_, " refused this process: ",
+               e.message().substr(e.message().rfind("store: ", 0) == 0 ? 7 : 0),
+               token.empty() ? " (horarun sets one for every job it starts)" : "");
+  }
+  timeoutS_ = saved;
+  if (required != 0 && !serverProved) {
+    HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "the store at ", address_,
+               " could not prove it knows this job's token (HORA_JOB_TOKEN): a store of another "
+               "job, or a stranger, serves this port");
+  }
+  return 0;
 }
 
 TcpStoreClient::~TcpStoreClient() {
@@ -799,7 +1098,19 @@ TcpStoreClient::Reply TcpStoreClient::request(uint8_t command,
                                               const std::vector<const std::string *> &args,
                                               double waitS) {
   size_t size = kMinRequest;
-  for (const std::string *a : args) size += 4 + a->size();
+  for (size_t i = 0; i < args.size(); ++i) {
+    const bool isValue = (command == kSet || command == kAdd) && i == 1;
+    if (command != kHello && command != kProof && !isValue && args[i]->size() > kStoreMaxKey) {
+      HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "store key ", quoteKey(args[i]->substr(0, 64)),
+                 args[i]->size() > 64 ? "..." : "", " of ", args[i]->size(),
+                 " bytes exceeds the store's limit of ", kStoreMaxKey, " bytes");
+    }
+    if (isValue && args[i]->size() > kStoreMaxValue) {
+      HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "a store value of ", args[i]->size(),
+                 " bytes exceeds the store's limit of ", kStoreMaxValue, " bytes");
+    }
+    size += 4 + args[i]->size();
+  }
   if (size > kMaxBody || args.size() > kMaxArgs) {
     HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "store request of ", size, " bytes in ", args.size(),
                " keys/values exceeds the store's limit of ", kMaxBody, " bytes and ", kMaxArgs,

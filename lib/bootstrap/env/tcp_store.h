@@ -10,34 +10,66 @@
 
 namespace hora {
 
-// Serves the store from a background thread named "hora-store". Keys are never deleted, so a
-// waiting client is answered as soon as its last key arrives. Every message is validated; a
-// malformed one closes that connection only.
+// The largest key and value the store takes; a larger request is refused with an error to that
+// client, and its connection closed.
+constexpr uint32_t kStoreMaxKey = 4096;
+constexpr uint32_t kStoreMaxValue = 64u << 20;
+
+struct StoreServerOptions {
+  // The job token: every connection must prove it knows it (HMAC-SHA256 challenge-response,
+  // both ways) before its first request. "" = trust whoever connects, as torch's TCPStore does.
+  std::string token;
+  // Clients of another session are told to come back later (see TcpStoreClient): a runtime's
+  // ranks never talk to the server of an earlier runtime that is about to close. "" = any.
+  std::string session;
+  // Connections beyond this are accepted and closed at once (0 = no limit).
+  size_t maxConnections = 1024;
+  // A connection that has not finished its handshake this long after it was accepted, or that
+  // sent part of a request and then nothing for this long, is closed.
+  double idleTimeoutS = 10;
+  // When none of host's addresses is on this host (a NAT'ed MASTER_ADDR), listen on every
+  // interface instead of failing (logged).
+  bool anyIfNotLocal = false;
+};
+
+// Serves the store from a background thread named "hora-store". A waiting client is answered as
+// soon as its last key arrives. Every message is validated; a malformed one closes that
+// connection only. Refused connections are logged, at most one line per few seconds.
 class TcpStoreServer {
  public:
-  // Binds host:port (host "" = every interface, IPv6 and IPv4 where the host has both; port 0 =
-  // any free port). Port in use -> Error(HORA_ERR_INVALID_ARGUMENT) naming the process holding it
-  // when /proc tells.
-  TcpStoreServer(const std::string &host, int port);
+  // Binds host:port, every address the host name resolves to ("" = every interface, IPv6 and
+  // IPv4 where the host has both; port 0 = any free port). Port in use ->
+  // Error(HORA_ERR_INVALID_ARGUMENT) naming the process holding it when /proc tells.
+  TcpStoreServer(const std::string &host, int port, StoreServerOptions options = {});
   // Stops the thread and closes every connection: clients see HORA_ERR_PEER_LOST.
   ~TcpStoreServer();
   TcpStoreServer(const TcpStoreServer &) = delete;
   TcpStoreServer &operator=(const TcpStoreServer &) = delete;
 
   int port() const;
+  // The addresses it listens on, "host:port" each (for messages and tests).
+  std::vector<std::string> listening() const;
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
+struct StoreClientOptions {
+  std::string token;    // see StoreServerOptions::token
+  std::string session;  // see StoreServerOptions::session
+};
+
 // One connection to the store. Thread-safe: each request/response pair holds mutex_.
 class TcpStoreClient {
  public:
-  // Connects, retrying with backoff (10 ms doubling to 1 s) until timeoutS has passed; then
-  // Error(HORA_ERR_TIMEOUT) "master host:port unreachable after N s (why); ...". timeoutS is
-  // also the default deadline of get() and wait().
-  TcpStoreClient(const std::string &host, int port, double timeoutS);
+  // Connects and shakes hands, retrying with backoff (10 ms doubling to 1 s) until timeoutS has
+  // passed; then Error(HORA_ERR_TIMEOUT) "master host:port unreachable after N s (why); ...".
+  // A store that refuses this client's job token, or that cannot prove it knows it ->
+  // Error(HORA_ERR_INVALID_ARGUMENT) at once. timeoutS is also the default deadline of get()
+  // and wait().
+  TcpStoreClient(const std::string &host, int port, double timeoutS,
+                 StoreClientOptions options = {});
   ~TcpStoreClient();
   TcpStoreClient(const TcpStoreClient &) = delete;
   TcpStoreClient &operator=(const TcpStoreClient &) = delete;
@@ -54,6 +86,8 @@ class TcpStoreClient {
   void wait(const std::vector<std::string> &keys, double timeoutS);
 
   double timeoutS() const { return timeoutS_; }
+  // The job token this client proved (""= none); groups formed over the store prove it too.
+  const std::string &token() const { return options_.token; }
   // "host:port" as given (IPv6 literals in brackets), for messages.
   const std::string &address() const { return address_; }
 
@@ -63,10 +97,14 @@ class TcpStoreClient {
   // get/wait; the reply is then awaited a little longer than that.
   Reply request(uint8_t command, const std::vector<const std::string *> &args, double waitS);
   [[noreturn]] void fail(int status, const std::string &why);
+  // The handshake on a fresh connection (fd_): 0 = done, 1 = try again later (*why set);
+  // throws when the store and this client disagree on the token.
+  int handshake(std::string *why, double timeoutS);
 
   std::string host_;
   int port_;
   double timeoutS_;
+  StoreClientOptions options_;
   std::string address_;
 
   // This mutex protects: fd_, lost_ and the byte stream on fd_ (one request in flight).
