@@ -43,7 +43,11 @@ typedef enum {
 } hora_reduce_op_t;
 
 /* One in-flight collective. Owned by the caller from a successful *_async call until
-   hora_request_free. */
+   hora_request_free; it stays valid across hora_shutdown (its op then completes with
+   HORA_ERR_SHUT_DOWN). A handle is checked, never dereferenced: a freed or made-up handle makes
+   hora_poll and hora_wait return HORA_ERR_INVALID_ARGUMENT (hora_last_error names the call),
+   hora_request_output and hora_request_received_splits return NULL, and hora_request_free does
+   nothing (a double free records the error and does not crash). */
 typedef struct hora_request *hora_request_t;
 
 /* Forms the world (MPI launcher, env:// variables, Slurm, or a world of one; HORA_BOOTSTRAP
@@ -114,7 +118,8 @@ HORA_API const DLTensor *hora_request_output(hora_request_t request);
 /* alltoall only: rows received from each rank of the set, owned by the request */
 HORA_API const int64_t *hora_request_received_splits(hora_request_t request);
 /* Releases the request and whatever it owns. A request still in flight is released once it
-   completes (its tensors must then stay valid until then). NULL is ignored. */
+   completes (its tensors must then stay valid until then). NULL is ignored; a handle that is
+   not live (freed already, or never returned by hora) is ignored with hora_last_error set. */
 HORA_API void hora_request_free(hora_request_t request);
 
 /* Collective over the world: every rank calls it with the same ranks. Returns the set's id;

@@ -22,10 +22,6 @@
 #include "backends/nccl/nccl_device.h"  // no CUDA headers: a facade
 #endif
 
-struct hora_request {
-  hora::RequestPtr impl;
-};
-
 namespace hora {
 namespace {
 
@@ -67,6 +63,28 @@ void stopAtExit() {
   if (stopped) finalizeAtExit();
 }
 std::once_flag gAtExitOnce;
+
+// Every hora_request_t handed out and not yet freed. A handle is a token (RequestHandles), never
+// a pointer, so a freed or made-up handle is looked up, not dereferenced. Never destroyed: a
+// request may be freed from an exit handler.
+RequestHandles &handles() {
+  static RequestHandles *table = new RequestHandles;
+  return *table;
+}
+
+hora_request_t toHandle(uintptr_t token) { return reinterpret_cast<hora_request_t>(token); }
+
+// The live request behind `request`; throws INVALID_ARGUMENT naming `call` otherwise.
+RequestPtr liveRequest(hora_request_t request, const char *call) {
+  if (request == nullptr) HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call, ": request is NULL");
+  RequestPtr r = handles().find(reinterpret_cast<uintptr_t>(request));
+  if (!r) {
+    HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call, ": request ", static_cast<const void *>(request),
+               " is not a live request (already freed with hora_request_free, or never "
+               "returned by hora)");
+  }
+  return r;
+}
 
 std::shared_ptr<Engine> requireEngine(const char *call) {
   std::shared_ptr<Engine> engine = currentEngine();
@@ -293,14 +311,14 @@ void submit(Engine &engine, Call &call, RequestMsg msg, std::vector<TensorArg> t
 #if HORA_HAVE_NCCL
   request->readyEvent = std::move(ready);
 #endif
-  auto *handle = new hora_request{request};
+  const uintptr_t token = handles().add(request);
   try {
     engine.submit(std::move(request));
   } catch (...) {
-    delete handle;
+    handles().remove(token);
     throw;
   }
-  *request_p = handle;
+  *request_p = toHandle(token);
 }
 
 // An allreduce writes every output while it still reads the inputs (a fused response is reduced
@@ -404,13 +422,6 @@ void allreduceImpl(const char *name, int n, const DLTensor *inputs, DLTensor *ou
   msg.prescale = prescale;
   msg.postscale = postscale;
   submit(*engine, call, std::move(msg), std::move(tensors), request_p);
-}
-
-hora_request *checkHandle(hora_request_t request, const char *call) {
-  if (request == nullptr || !request->impl) {
-    HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call, ": request is NULL");
-  }
-  return request;
 }
 
 }  // namespace
@@ -614,38 +625,58 @@ hora_status_t hora_join(int32_t process_set, int *last_joined_rank_p) {
 
 hora_status_t hora_poll(hora_request_t request, int *done_p) {
   return guarded([&] {
-    hora_request *r = checkHandle(request, "hora_poll");
+    RequestPtr r = liveRequest(request, "hora_poll");
     if (done_p == nullptr) HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "hora_poll: done_p is NULL");
-    *done_p = r->impl->done() ? 1 : 0;
+    *done_p = r->done() ? 1 : 0;
   });
 }
 
 hora_status_t hora_wait(hora_request_t request) {
   return guarded([&] {
-    hora_request *r = checkHandle(request, "hora_wait");
-    if (!r->impl->done()) {
-      if (std::shared_ptr<Engine> engine = currentEngine()) engine->drive(*r->impl);
+    RequestPtr r = liveRequest(request, "hora_wait");
+    if (!r->done()) {
+      if (std::shared_ptr<Engine> engine = currentEngine()) engine->drive(*r);
     }
-    Status status = r->impl->wait();
+    Status status = r->wait();
     if (!status.ok()) throw Error(status.code, status.message, __FILE__, __LINE__);
   });
 }
 
+// The request's output, or nullptr (with the last error set for a bad handle). The request
+// stays alive while its handle does, so the pointer outlives this call's reference.
+const DLTensor *requestOutput(hora_request_t request, const char *call, RequestPtr *out) {
+  RequestPtr r;
+  if (guarded([&] { r = liveRequest(request, call); }) != HORA_SUCCESS) return nullptr;
+  if (!r->done() || !r->status().ok()) return nullptr;
+  if (out != nullptr) *out = r;
+  return r->output();
+}
+
 const DLTensor *hora_request_output(hora_request_t request) {
-  if (request == nullptr || !request->impl || !request->impl->done() || !request->impl->status().ok()) {
-    return nullptr;
-  }
-  return request->impl->output();
+  return requestOutput(request, "hora_request_output", nullptr);
 }
 
 const int64_t *hora_request_received_splits(hora_request_t request) {
-  if (hora_request_output(request) == nullptr || request->impl->msg().op != OpType::kAlltoall) {
+  RequestPtr r;
+  if (requestOutput(request, "hora_request_received_splits", &r) == nullptr ||
+      r->msg().op != OpType::kAlltoall) {
     return nullptr;
   }
-  return request->impl->receivedSplits.data();
+  return r->receivedSplits.data();
 }
 
-void hora_request_free(hora_request_t request) { delete request; }
+void hora_request_free(hora_request_t request) {
+  if (request == nullptr) return;  // as free(NULL)
+  guarded([&] {
+    RequestPtr r = handles().remove(reinterpret_cast<uintptr_t>(request));
+    if (!r) {
+      HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "hora_request_free: request ",
+                 static_cast<const void *>(request),
+                 " is not a live request (already freed, or never returned by hora); "
+                 "nothing was freed");
+    }
+  });
+}
 
 hora_status_t hora_process_set_create(const int *ranks, int nranks, int32_t *id_p) {
   return guarded([&] {

@@ -146,9 +146,10 @@ const std::vector<KnobSpec> kTable = {
      },
      [](const Knobs &k) { return k.timeline; }},
     {"HORA_FLIGHT_RECORDER", "/tmp/hora-flight.{rank}.json",
-     "where each rank writes its last operations on a timeout, a lost peer, a backend error or "
-     "SIGUSR1 (`{rank}`: the rank; `off`: record nothing); `hora-flight-check` compares the "
-     "files of a job",
+     "where each rank writes its last operations on a timeout, a lost peer, a backend error, "
+     "SIGUSR1 or SIGTERM (`{rank}`: the rank; `{job}`: the job id, put before `{rank}` if absent, "
+     "so jobs never share files; `off`: record nothing); `hora-flight-check` compares the files "
+     "of a job",
      [](const std::string &t, Knobs &k, std::string *why) {
        if (t.empty()) {
          *why = "expected a path, or off";

@@ -7,6 +7,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <tuple>
+#include <utility>
 
 #include "core/affinity.h"
 #include "base/logging.h"
@@ -30,25 +35,81 @@ void onStallSignal(int) {
   errno = saved;
 }
 
-void installStallSignal() {
+// Installs `handler` for `signo` only where the program left it at its default action.
+void installIfDefault(int signo, void (*handler)(int)) {
+  struct sigaction current {};
+  if (sigaction(signo, nullptr, &current) != 0 || current.sa_handler != SIG_DFL ||
+      (current.sa_flags & SA_SIGINFO) != 0) {
+    return;
+  }
+  struct sigaction action {};
+  action.sa_handler = handler;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  sigaction(signo, &action, nullptr);
+}
+
+// SIGUSR1 (above), and SIGTERM, SIGINT, SIGHUP: left at their default they end the process
+// silently, which is how mpirun ends a job when one rank dies (SIGTERM to the others, SIGKILL
+// about a second later). Each survivor then says so on stderr, writes its flight recorder file,
+// and ends of the same signal (FlightRecorder::onFatalSignal). Once per process.
+void installSignals() {
   static std::once_flag once;
   std::call_once(once, [] {
-    struct sigaction current {};
-    if (sigaction(SIGUSR1, nullptr, &current) != 0 || current.sa_handler != SIG_DFL) return;
     FlightRecorder::makeSignalPipe();
-    struct sigaction action {};
-    action.sa_handler = onStallSignal;
-    sigemptyset(&action.sa_mask);
-    action.sa_flags = SA_RESTART;
-    sigaction(SIGUSR1, &action, nullptr);
+    installIfDefault(SIGUSR1, onStallSignal);
+    for (int signo : {SIGTERM, SIGINT, SIGHUP}) installIfDefault(signo, FlightRecorder::onFatalSignal);
   });
+}
+
+// The job id every rank of this job agrees on, for the flight recorder's file names: the
+// launcher's, where one is set (the same on every rank of a launch, different between
+// launches); else `run`. Letters, digits, '.', '_' and '-' only: it goes into a path.
+std::pair<std::string, std::string> jobId(const std::string &run) {
+  auto safe = [](std::string text) {
+    for (char &c : text) {
+      const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      c == '.' || c == '_' || c == '-';
+      if (!ok) c = '_';
+    }
+    return text.substr(0, 64);
+  };
+  auto env = [](const char *name) -> std::string {
+    const char *v = std::getenv(name);
+    return v != nullptr ? v : "";
+  };
+  if (std::string v = env("TORCHELASTIC_RUN_ID"); !v.empty() && v != "none") {
+    return {"torchelastic-" + safe(v), "TORCHELASTIC_RUN_ID"};
+  }
+  if (std::string v = env("OMPI_MCA_ess_base_jobid"); !v.empty()) {
+    return {"ompi-" + safe(v), "OMPI_MCA_ess_base_jobid"};
+  }
+  if (std::string v = env("SLURM_JOB_ID"); !v.empty()) {
+    // A step of an allocation (srun) is a launch of its own; plain SLURM_JOB_ID is shared by
+    // every launch in the allocation, so the run is added.
+    if (std::string step = env("SLURM_STEP_ID"); !step.empty()) {
+      return {"slurm-" + safe(v) + "." + safe(step), "SLURM_JOB_ID.SLURM_STEP_ID"};
+    }
+    return {"slurm-" + safe(v) + "-" + run, "SLURM_JOB_ID and the run"};
+  }
+  return {run, "run (drawn by rank 0, shared at start)"};
+}
+
+// Rank 0's random run id, 48 bits: every other rank contributes all ones to the start barrier's
+// AND, so the AND is rank 0's word.
+uint64_t drawRun() {
+  std::random_device device;
+  const uint64_t mixed = (uint64_t{device()} << 32) ^ device() ^
+                         static_cast<uint64_t>(getpid()) ^
+                         static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  return mixed & ((uint64_t{1} << 48) - 1);
 }
 
 }  // namespace
 
 std::shared_ptr<Engine> Engine::start(const Knobs &knobs, std::shared_ptr<Fabric> fabric) {
   HORA_ENFORCE(fabric != nullptr, "Engine::start without a fabric");
-  installStallSignal();
+  installSignals();
   std::shared_ptr<Engine> engine(new Engine(knobs, std::move(fabric)));
   Engine *e = engine.get();
   auto setup = [e]() {
@@ -67,8 +128,10 @@ std::shared_ptr<Engine> Engine::start(const Knobs &knobs, std::shared_ptr<Fabric
     parts.localRank = e->topology_.localRank;
     // The timeline's clock origin: every rank leaves this barrier at about the same moment, which
     // is what lets tools/hora-timeline-merge line up ranks on different hosts.
-    std::vector<uint64_t> everyone{1};
+    std::vector<uint64_t> everyone{1, e->topology_.rank == 0 ? drawRun() : ~uint64_t{0}};
     parts.group->control().allreduceAnd(everyone);
+    char run[17];
+    std::snprintf(run, sizeof run, "%012llx", static_cast<unsigned long long>(everyone[1]));
     TimelineOrigin origin;
     origin.rank = e->topology_.rank;
     origin.size = e->topology_.size;
@@ -77,9 +140,12 @@ std::shared_ptr<Engine> Engine::start(const Knobs &knobs, std::shared_ptr<Fabric
     char host[256] = {};
     gethostname(host, sizeof host - 1);
     origin.host = host;
+    FlightOrigin flight{origin.rank, origin.size, origin.host};
+    flight.run = run;
+    std::tie(flight.job, flight.jobSource) = jobId(flight.run);
     e->flight_ = std::make_unique<FlightRecorder>(
         static_cast<size_t>(e->knobs_.flightRecorderOps), e->knobs_.flightRecorder,
-        FlightOrigin{origin.rank, origin.size, origin.host});
+        std::move(flight));
     parts.flight = e->flight_.get();
     e->timeline_ = std::make_unique<Timeline>(std::move(origin));
     parts.timeline = e->timeline_.get();

@@ -3,8 +3,11 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -20,9 +23,103 @@ namespace {
 
 int gSignalPipe[2] = {-1, -1};
 
+// Terminating signals (onFatalSignal). Lock-free atomics only: the handler reads and writes them.
+std::atomic<int> gFatalSignal{0};  // the first one that arrived, 0: none
+std::atomic<int> gWatchers{0};     // recorder threads that read gSignalPipe
+std::atomic<int> gOwnerPid{0};     // the process they run in (a forked child has none of them)
+// "hora: rank R received " for the handler's own line; length 0: no runtime (say nothing).
+char gLinePrefix[64];
+std::atomic<size_t> gLinePrefixLength{0};
+static_assert(std::atomic<int>::is_always_lock_free && std::atomic<size_t>::is_always_lock_free,
+              "a signal handler may only touch lock-free atomics");
+
+const char *signalName(int signo) {
+  switch (signo) {
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    case SIGHUP: return "SIGHUP";
+    default: return "a terminating signal";
+  }
+}
+
+// Async-signal-safe from here to the end of this namespace.
+void writeAll(const char *text, size_t n) {
+  while (n > 0) {
+    const ssize_t k = ::write(STDERR_FILENO, text, n);
+    if (k <= 0) {
+      if (k < 0 && errno == EINTR) continue;
+      return;
+    }
+    text += k;
+    n -= static_cast<size_t>(k);
+  }
+}
+
+void writeText(const char *text) {
+  size_t n = 0;
+  while (text[n] != '\0') ++n;
+  writeAll(text, n);
+}
+
+// The process ends of `signo` as if hora had never handled it: default action, unblocked, raised.
+[[noreturn]] void raiseDefault(int signo) {
+  struct sigaction action {};
+  action.sa_handler = SIG_DFL;
+  sigemptyset(&action.sa_mask);
+  sigaction(signo, &action, nullptr);
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, signo);
+  sigprocmask(SIG_UNBLOCK, &set, nullptr);  // this thread's mask, on Linux
+  raise(signo);
+  _exit(128 + signo);  // not reached: the default action of signo ends the process
+}
+
+// The handler's own line, when no recorder thread can write the file.
+void sayFatal(int signo, const char *tail) {
+  const size_t n = gLinePrefixLength.load();
+  if (n == 0) return;  // hora is not running: stay silent, as the default action would be
+  writeAll(gLinePrefix, n);
+  writeText(signalName(signo));
+  writeText("; under mpirun this usually means another rank exited or died; ");
+  writeText(tail);
+  writeText("\n");
+}
+
+// The bound on the recorder thread (onFatalSignal arms it).
+void onFallbackAlarm(int) {
+  const int signo = gFatalSignal.load();
+  sayFatal(signo, "the flight recorder did not finish in time, so no file");
+  raiseDefault(signo != 0 ? signo : SIGTERM);
+}
+
 const char *stateName(uint8_t state) {
   static const char *const kNames[] = {"submitted", "running", "done", "failed", "not submitted"};
   return state < 5 ? kNames[state] : "?";
+}
+
+// `path` named for the job: every "{job}" replaced by the job id; without one, the id goes
+// before "{rank}" ("f.{rank}.json": "f.<job>.{rank}.json"), else before the name's extension
+// ("f.json": "f.<job>.json"). Files of different jobs then never overwrite or mix with each other.
+std::string jobPath(std::string path, const std::string &job) {
+  if (job.empty()) return path;
+  if (path.find("{job}") == std::string::npos) {
+    const size_t slash = path.rfind('/');
+    const size_t rank = path.find("{rank}");
+    const size_t dot = path.rfind('.');
+    if (rank != std::string::npos) {
+      path.insert(rank, "{job}.");
+    } else if (dot != std::string::npos && (slash == std::string::npos || dot > slash + 1)) {
+      path.insert(dot, ".{job}");
+    } else {
+      path += ".{job}";
+    }
+  }
+  for (size_t at = path.find("{job}"); at != std::string::npos; at = path.find("{job}", at)) {
+    path.replace(at, 5, job);
+    at += job.size();
+  }
+  return path;
 }
 
 int64_t microsSince(FlightRecorder::Clock::time_point origin, FlightRecorder::Clock::time_point t) {
@@ -43,22 +140,31 @@ int FlightRecorder::signalWriteFd() { return gSignalPipe[1]; }
 
 FlightRecorder::FlightRecorder(size_t capacity, std::string path, FlightOrigin origin)
     : capacity_(path.empty() ? 0 : capacity),
-      path_(Timeline::rankPath(path, origin.rank, origin.size)),
+      path_(Timeline::rankPath(jobPath(path, origin.job), origin.rank, origin.size)),
       origin_(std::move(origin)),
       start_(Clock::now()),
       startUnixUs_(std::chrono::duration_cast<std::chrono::microseconds>(
                        std::chrono::system_clock::now().time_since_epoch())
                        .count()),
       ring_(capacity_) {
+  // The handler's line names this rank (written before any handler can read it: the length last).
+  const std::string prefix = "hora: rank " + std::to_string(origin_.rank) + " received ";
+  gLinePrefixLength.store(0);
+  std::memcpy(gLinePrefix, prefix.data(), std::min(prefix.size(), sizeof gLinePrefix));
+  gOwnerPid.store(static_cast<int>(getpid()));
+  gLinePrefixLength.store(std::min(prefix.size(), sizeof gLinePrefix));
   if (capacity_ == 0) return;
   makeSignalPipe();
   if (gSignalPipe[0] >= 0 && pipe2(stopPipe_, O_CLOEXEC) == 0) {
     watcher_ = std::thread([this] { watchSignals(); });
+    gWatchers.fetch_add(1);
   }
 }
 
 FlightRecorder::~FlightRecorder() {
+  gLinePrefixLength.store(0);
   if (watcher_.joinable()) {
+    gWatchers.fetch_sub(1);
     const char byte = 0;
     if (write(stopPipe_[1], &byte, 1) != 1) {
       HORA_LOG(kWarning) << "flight recorder: cannot stop its signal watcher";
@@ -82,9 +188,56 @@ void FlightRecorder::watchSignals() {
       char drain[64];
       while (read(gSignalPipe[0], drain, sizeof drain) > 0) {
       }
+      if (const int signo = gFatalSignal.load(); signo != 0) dieOf(signo);
       dump("SIGUSR1");
     }
   }
+}
+
+void FlightRecorder::onFatalSignal(int signo) {
+  const int saved = errno;
+  // A child forked after hora_init (a data loader's worker) is not a rank: no line, no file
+  // (the pipe is its parent's), just the default action.
+  if (static_cast<int>(getpid()) != gOwnerPid.load()) raiseDefault(signo);
+  int first = 0;
+  if (!gFatalSignal.compare_exchange_strong(first, signo)) {
+    // A second one while the first is handled (an impatient user, or the launcher again): the
+    // file is being written or never will be; end now.
+    raiseDefault(first);
+  }
+  const char byte = 2;
+  if (gWatchers.load() > 0 && gSignalPipe[1] >= 0 && ::write(gSignalPipe[1], &byte, 1) == 1) {
+    // The recorder's thread takes it from here; bound it with SIGALRM, unless the program uses
+    // SIGALRM itself (then a second signal, or the launcher's SIGKILL, is the bound).
+    struct sigaction current {};
+    if (sigaction(SIGALRM, nullptr, &current) == 0 && current.sa_handler == SIG_DFL &&
+        (current.sa_flags & SA_SIGINFO) == 0) {
+      struct sigaction action {};
+      action.sa_handler = onFallbackAlarm;
+      sigemptyset(&action.sa_mask);
+      sigaction(SIGALRM, &action, nullptr);
+      alarm(kFatalFallbackS);
+    }
+    errno = saved;
+    return;
+  }
+  sayFatal(signo, "no flight recorder file (HORA_FLIGHT_RECORDER=off)");
+  raiseDefault(signo);
+}
+
+void FlightRecorder::dieOf(int signo) {
+  const char *name = signalName(signo);
+  std::string why;
+  const std::string path = writeFile(
+      std::string(name) + ": the process was told to end (under mpirun: another rank exited or "
+      "died, and mpirun ended the job)", &why);
+  const std::string line =
+      "hora: rank " + std::to_string(origin_.rank) + " received " + name + " (pid " +
+      std::to_string(getpid()) + "); under mpirun this usually means another rank exited or " +
+      "died; " + (path.empty() ? "no flight recorder file (" + why + ")"
+                               : "flight recorder written to " + path) + "\n";
+  writeAll(line.data(), line.size());
+  raiseDefault(signo);
 }
 
 FlightRecorder::Record *FlightRecorder::slotLocked(uint64_t id) {
@@ -153,8 +306,11 @@ void FlightRecorder::absent(int32_t set, const RequestMsg &msg, int64_t seq) {
 
 std::string FlightRecorder::json(const std::string &reason) const {
   std::string out;
+  // Version 1 still: the job fields were added, nothing changed meaning.
   out += "{\"hora_flight_recorder\":{\"version\":1,\"rank\":" + std::to_string(origin_.rank) +
          ",\"size\":" + std::to_string(origin_.size) + ",\"host\":" + jsonQuoted(origin_.host) +
+         ",\"job\":" + jsonQuoted(origin_.job) + ",\"job_source\":" +
+         jsonQuoted(origin_.jobSource) + ",\"run\":" + jsonQuoted(origin_.run) +
          ",\"pid\":" + std::to_string(getpid()) + ",\"reason\":" + jsonQuoted(reason) +
          ",\"capacity\":" + std::to_string(capacity_) +
          ",\"start_unix_us\":" + std::to_string(startUnixUs_) +
@@ -183,8 +339,11 @@ std::string FlightRecorder::json(const std::string &reason) const {
   return out;
 }
 
-std::string FlightRecorder::dump(const std::string &reason) {
-  if (capacity_ == 0) return "";
+std::string FlightRecorder::writeFile(const std::string &reason, std::string *why) {
+  if (capacity_ == 0) {
+    *why = "HORA_FLIGHT_RECORDER=off";
+    return "";
+  }
   const std::string text = json(reason);
   const std::string temporary = path_ + ".tmp" + std::to_string(getpid());
   FILE *f = std::fopen(temporary.c_str(), "w");
@@ -192,8 +351,18 @@ std::string FlightRecorder::dump(const std::string &reason) {
   if (f != nullptr) ok = std::fclose(f) == 0 && ok;
   if (ok) ok = std::rename(temporary.c_str(), path_.c_str()) == 0;
   if (!ok) {
-    HORA_LOG(kWarning) << "flight recorder: cannot write " << path_ << ": " << std::strerror(errno);
+    *why = "cannot write " + path_ + ": " + std::strerror(errno);
     std::remove(temporary.c_str());
+    return "";
+  }
+  return path_;
+}
+
+std::string FlightRecorder::dump(const std::string &reason) {
+  if (capacity_ == 0) return "";
+  std::string why;
+  if (writeFile(reason, &why).empty()) {
+    HORA_LOG(kWarning) << "flight recorder: " << why;
     return "";
   }
   HORA_LOG(kWarning) << "flight recorder: the last operations of rank " << origin_.rank

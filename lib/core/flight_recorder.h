@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <hora/hora.h>
@@ -20,9 +21,18 @@
 namespace hora {
 
 struct FlightOrigin {
-  int rank = 0;
-  int size = 1;
+  FlightOrigin(int rank_ = 0, int size_ = 1, std::string host_ = "")
+      : rank(rank_), size(size_), host(std::move(host_)) {}
+  int rank;
+  int size;
   std::string host;
+  // The job, the same on every rank of one job and different between jobs, so that files of
+  // several jobs in one directory are told apart ("{job}" in the path; "job" in the file): the
+  // launcher's job id where there is one, else `run`. jobSource says which. Empty (a recorder
+  // made outside a runtime): the path is used as given.
+  std::string job;
+  std::string jobSource;
+  std::string run;  // a random id rank 0 drew at start, the same on every rank of this run
 };
 
 // Recording is a few stores under a mutex per request; nothing is written until a dump.
@@ -56,6 +66,8 @@ class FlightRecorder {
   // Any thread. Writes this rank's file (atomically: a temporary file, then rename) and logs
   // where; returns the path, "" when the recorder is off or the file could not be written.
   std::string dump(const std::string &reason);
+  // dump() without the log line: the path, or "" with *why set.
+  std::string writeFile(const std::string &reason, std::string *why);
   // The file's contents.
   std::string json(const std::string &reason) const;
   std::string path() const { return path_; }
@@ -65,6 +77,15 @@ class FlightRecorder {
   // makeSignalPipe() runs before the handler is installed; the fd is -1 if it failed.
   static void makeSignalPipe();
   static int signalWriteFd();
+
+  // Process-wide: the handler of a terminating signal (SIGTERM, SIGINT, SIGHUP) that the program
+  // left at its default. Async-signal-safe: it wakes a recorder's thread, which writes the file,
+  // prints one line on stderr and ends the process with the same signal (default action, raised
+  // again), so the exit status is what it would have been. With no recorder thread (the recorder
+  // off, or hora shut down) it prints the line itself and re-raises at once; a second
+  // terminating signal, or kFatalFallbackS seconds without the thread finishing, does too.
+  static void onFatalSignal(int signo);
+  static constexpr unsigned kFatalFallbackS = 2;
 
  private:
   enum class State : uint8_t { kSubmitted, kRunning, kDone, kFailed, kNotSubmitted };
@@ -82,6 +103,7 @@ class FlightRecorder {
   };
   Record *slotLocked(uint64_t id);  // nullptr if overwritten
   void watchSignals();
+  [[noreturn]] void dieOf(int signo);  // the watcher, on a terminating signal
 
   const size_t capacity_;
   const std::string path_;  // this rank's file

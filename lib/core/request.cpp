@@ -109,4 +109,68 @@ Status Request::status() const {
   return status_;
 }
 
+namespace {
+// A token's bits, high to low: 1 (the tag), the generation, 1 + the slot index.
+constexpr unsigned kTokenBits = sizeof(uintptr_t) * 8;
+constexpr unsigned kIndexBits = kTokenBits >= 64 ? 32 : 20;
+constexpr unsigned kGenerationBits = kTokenBits - 1 - kIndexBits;
+constexpr uintptr_t kTag = uintptr_t{1} << (kTokenBits - 1);
+constexpr uintptr_t kIndexMask = (uintptr_t{1} << kIndexBits) - 1;
+constexpr uintptr_t kGenerationMask = (uintptr_t{1} << kGenerationBits) - 1;
+}  // namespace
+
+uintptr_t RequestHandles::add(RequestPtr request) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  size_t index;
+  if (!free_.empty()) {
+    index = free_.back();
+    free_.pop_back();
+  } else {
+    if (slots_.size() >= kIndexMask) {
+      HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "too many live requests (", slots_.size(),
+                 "): free the finished ones with hora_request_free");
+    }
+    index = slots_.size();
+    slots_.emplace_back();
+  }
+  Slot &slot = slots_[index];
+  slot.request = std::move(request);
+  ++live_;
+  return kTag | (slot.generation << kIndexBits) | static_cast<uintptr_t>(index + 1);
+}
+
+bool RequestHandles::decode(uintptr_t token, size_t *index) const {
+  if ((token & kTag) == 0) return false;
+  const uintptr_t slot = token & kIndexMask;
+  if (slot == 0 || slot > slots_.size()) return false;
+  *index = static_cast<size_t>(slot - 1);
+  const Slot &s = slots_[*index];
+  return s.request != nullptr && s.generation == ((token & ~kTag) >> kIndexBits);
+}
+
+RequestPtr RequestHandles::find(uintptr_t token) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  size_t index;
+  return decode(token, &index) ? slots_[index].request : nullptr;
+}
+
+RequestPtr RequestHandles::remove(uintptr_t token) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  size_t index;
+  if (!decode(token, &index)) return nullptr;
+  Slot &slot = slots_[index];
+  RequestPtr request = std::move(slot.request);
+  slot.request = nullptr;
+  slot.generation = (slot.generation + 1) & kGenerationMask;
+  if (slot.generation == 0) slot.generation = 1;
+  free_.push_back(index);
+  --live_;
+  return request;
+}
+
+size_t RequestHandles::live() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return live_;
+}
+
 }  // namespace hora

@@ -99,4 +99,35 @@ class Request {
 
 using RequestPtr = std::shared_ptr<Request>;
 
+// The C API's handles: a checkable token per live request, so that a freed, doubly freed or
+// made-up hora_request_t is refused instead of dereferenced. A token is never a pointer: the top
+// bit is set (no user-space address has it), then a generation, then 1 + a slot index. Freeing
+// a request bumps its slot's generation, so a stale token stays refused after the slot is
+// reused. Each call is one uncontended lock and a vector index: tens of ns beside a few-us op.
+// Tokens stay live until removed, across hora_shutdown and a later hora_init (the design has
+// pending requests complete with HORA_ERR_SHUT_DOWN, so they must stay waitable).
+class RequestHandles {
+ public:
+  // Any thread. A token for `request` (never 0).
+  uintptr_t add(RequestPtr request);
+  // Any thread. The live request of `token`, or nullptr (0, freed, or never returned by add).
+  RequestPtr find(uintptr_t token) const;
+  // Any thread. Removes and returns the request (nullptr, and nothing changes, if not live).
+  RequestPtr remove(uintptr_t token);
+  size_t live() const;
+
+ private:
+  struct Slot {
+    uintptr_t generation = 1;
+    RequestPtr request;  // null: free
+  };
+  bool decode(uintptr_t token, size_t *index) const;  // mutex_ held
+
+  // This mutex protects: slots_, free_, live_.
+  mutable std::mutex mutex_;
+  std::vector<Slot> slots_;
+  std::vector<size_t> free_;  // indices of free slots, reused last-freed first
+  size_t live_ = 0;
+};
+
 }  // namespace hora
