@@ -320,7 +320,9 @@ void TcpStoreServer::Impl::run() {
     const size_t first = fds.size();
     for (auto &[id, c] : connections) {
       short events = 0;
-      if (c.in.size() - c.inPos < kMaxBuffered) events |= POLLIN;
+      if (c.in.size() - c.inPos < (c.stage == Stage::kReady ? kMaxBuffered : 4 * size_t{kMaxHandshakeBody})) {
+        events |= POLLIN;
+      }
       if (!c.out.empty()) events |= POLLOUT;
       fds.push_back({c.fd, events, 0});
       ids.push_back(id);
@@ -452,7 +454,10 @@ void TcpStoreServer::Impl::acceptAll(int listenFd) {
 
 void TcpStoreServer::Impl::readFrom(Connection &c) {
   char buffer[65536];
-  while (c.in.size() - c.inPos < kMaxBuffered) {
+  // Before the handshake a connection may send one small message: a stranger streaming data
+  // is cut off after a few KiB, not 64 MiB.
+  const size_t cap = c.stage == Stage::kReady ? kMaxBuffered : 4 * size_t{kMaxHandshakeBody};
+  while (c.in.size() - c.inPos < cap) {
     const ssize_t n = recv(c.fd, buffer, sizeof buffer, 0);
     if (n > 0) {
       c.in.append(buffer, static_cast<size_t>(n));
