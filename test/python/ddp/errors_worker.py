@@ -127,18 +127,29 @@ def main():
                  invalid, "rank %d of %d" % ((rank + 1) % (size + 1), size + 1))
 
     if size > 1:
-        # Without the debug level, names follow the ops' signatures (so that hora's cache
-        # answers them step after step): shapes that differ make different names, which hora
-        # reports as a stall and, with HORA_STALL_SHUTDOWN_S, fails on the ranks that submitted
-        # them.
+        # Without the debug level, names follow each op's kind and count (so that hora's cache
+        # answers them step after step), the same on every rank whatever the tensors: shapes
+        # that differ fail at once with hora's mismatch error too, and the group goes on.
         os.environ["TORCH_DISTRIBUTED_DEBUG"] = "OFF"
         fast = dist.new_group(list(range(size)))
-        e = expect_error(lambda: dist.all_reduce(torch.ones(rank + 2), group=fast),
-                         hora.HoraTimeoutError, "allreduce", "stalled", "never by rank")
-        assert isinstance(e, TimeoutError)
-        t = torch.full((5,), 1.0)  # (a shape neither side used above)
+        expect_error(lambda: dist.all_reduce(torch.ones(rank + 2), group=fast), mismatch,
+                     "allreduce", "shape")
+        t = torch.full((5,), 1.0)
         dist.all_reduce(t, group=fast)
         assert torch.equal(t, torch.full((5,), float(size))), t
+        # Ranks that call different collectives at the same point submit different names,
+        # which hora reports as a stall and, with HORA_STALL_SHUTDOWN_S, fails on the ranks
+        # that submitted them. The members' sequences no longer line up: the group fails, and
+        # a later op on it fails at once.
+        if rank == 0:
+            e = expect_error(lambda: dist.all_reduce(torch.ones(4), group=fast),
+                             hora.HoraTimeoutError, "allreduce", "stalled", "never by rank")
+        else:
+            e = expect_error(lambda: dist.broadcast(torch.ones(4), src=0, group=fast),
+                             hora.HoraTimeoutError, "broadcast", "stalled", "never by rank")
+        assert isinstance(e, TimeoutError)
+        expect_error(lambda: dist.all_reduce(torch.ones(5), group=fast), hora.HoraTimeoutError,
+                     "allreduce", "group failed", "stalled")
 
     dist.barrier()
     dist.destroy_process_group()

@@ -19,6 +19,12 @@ alltoall_base, barrier; CPU tensors of uint8, int8, int32, int64, float16, bfloa
 float64 and bool. Not supported: send/recv (hora has no point-to-point messages) and
 monitored_barrier. Errors raise hora's exception classes (``hora.MismatchError``, ...), which are
 RuntimeErrors.
+
+Ops are named by their kind and count, the same on every rank whatever the tensors, so that
+ranks that disagree on a shape or dtype fail at once with hora's MismatchError naming both. The
+group's ``timeout`` (``init_process_group(timeout=...)``, ``new_group(timeout=...)``) bounds
+every op: one not complete that long after its call fails with hora.HoraTimeoutError naming it,
+and the group with it (later ops fail at once; destroy it or restart). See docs/torch-errors.md.
 """
 
 import os
@@ -47,14 +53,27 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _start_hora(store, rank, size):
+def _seconds(timeout):
+    """torch's timeout (a timedelta, or None) in seconds; 0 for none."""
+    if timeout is None:
+        return 0.0
+    seconds = timeout.total_seconds() if hasattr(timeout, "total_seconds") else float(timeout)
+    return max(0.0, seconds)
+
+
+def _start_hora(store, rank, size, timeout=None):
     """hora.init() on every rank of torch's world, unless hora runs already; checks that hora's
     world is torch's.
 
     Under env:// torch's store already listens on MASTER_PORT, where hora's rendezvous would
     listen too: rank 0 picks another port and tells the others through torch's store (a fresh
     key per rendezvous). Variables torch was not given through the environment (tcp:// or
-    file:// init) are filled in from what it was given. The environment is restored afterwards."""
+    file:// init) are filled in from what it was given. The group's `timeout` plus a second
+    becomes hora's HORA_STALL_SHUTDOWN_S unless that is set: the backend fails an op at the
+    timeout (and its group with it), and hora fails the name a second later on the ranks that
+    submitted it, which clears it from hora's negotiation. A timeout under two minutes makes
+    HORA_STALL_WARNING_S half of it unless set, so that hora's warning naming the missing ranks
+    comes first. The environment is restored afterwards."""
     global _rendezvous_count
     if not hora.is_initialized():
         key = "hora.distributed/rendezvous/%d" % _rendezvous_count
@@ -65,6 +84,10 @@ def _start_hora(store, rank, size):
         host, port = store.get(key).decode().split()
         wanted = {"MASTER_ADDR": host, "MASTER_PORT": port, "RANK": str(rank),
                   "WORLD_SIZE": str(size)}
+        if _seconds(timeout) > 0:
+            wanted["HORA_STALL_SHUTDOWN_S"] = "%g" % (_seconds(timeout) + 1)
+            if _seconds(timeout) < 120:  # warned of at half the timeout, not after hora's 60 s
+                wanted["HORA_STALL_WARNING_S"] = "%g" % (_seconds(timeout) / 2)
         saved = {name: os.environ.get(name) for name in wanted}
         for name, value in wanted.items():
             if name == "MASTER_PORT" or name not in os.environ:
@@ -89,8 +112,9 @@ def _create_process_group(options, pg_options):
     if pg_options is not None:
         raise RuntimeError("hora backend: it takes no pg_options")
     ranks = list(options.global_ranks_in_group)
+    timeout = getattr(options, "timeout", None)
     if not ranks:  # the default group: hora's world
-        _start_hora(options.store, options.group_rank, options.group_size)
+        _start_hora(options.store, options.group_rank, options.group_size, timeout)
         process_set = 0
     else:
         process_set = _process_sets.get(tuple(sorted(ranks)))
@@ -99,7 +123,7 @@ def _create_process_group(options, pg_options):
                 "hora backend: no hora process set for ranks %s; make groups with "
                 "torch.distributed.new_group, on every rank" % ranks)
     return ProcessGroupHora(options.group_rank, options.group_size, process_set,
-                            options.group_id)
+                            options.group_id, _seconds(timeout))
 
 
 _torch_new_process_group_helper = _torch_c10d._new_process_group_helper
@@ -111,7 +135,7 @@ def _new_process_group_helper(group_size, group_rank, global_ranks_in_group, bac
     whole world: new_group runs this helper on every rank, so the set is made here first."""
     if global_ranks_in_group and str(backend).lower() == BACKEND:
         world = _torch_c10d._get_default_group()
-        _start_hora(store, world.rank(), world.size())
+        _start_hora(store, world.rank(), world.size(), kwargs.get("timeout"))
         ranks = tuple(sorted(int(r) for r in global_ranks_in_group))
         _process_sets[ranks] = hora.add_process_set(list(ranks)).process_set_id
     return _torch_new_process_group_helper(group_size, group_rank, global_ranks_in_group,

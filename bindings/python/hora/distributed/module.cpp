@@ -3,6 +3,9 @@
 // its process sets through the hora package; this module only adds the ProcessGroup.
 #include <torch/csrc/utils/pybind.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
 #include <string>
 #include <utility>
 
@@ -36,11 +39,24 @@ PYBIND11_MODULE(_c10d, m) {
       "A torch.distributed ProcessGroup whose collectives run on hora. Made by "
       "init_process_group(\"hora\") and new_group(); `rank`/`size` are torch's, checked against "
       "hora's process set.")
-      .def(py::init([](int rank, int size, int32_t processSet, std::string groupName) {
+      .def(py::init([](int rank, int size, int32_t processSet, std::string groupName,
+                       double timeoutS) {
+             // at least 1 ms when there is one: 0 means none
+             const int64_t ms =
+                 timeoutS > 0 ? std::max<int64_t>(1, static_cast<int64_t>(timeoutS * 1000.0 + 0.5))
+                              : 0;
              return c10::make_intrusive<ProcessGroupHora>(rank, size, processSet,
-                                                          std::move(groupName));
+                                                          std::move(groupName),
+                                                          std::chrono::milliseconds(ms));
            }),
-           py::arg("rank"), py::arg("size"), py::arg("process_set"), py::arg("group_name"))
+           py::arg("rank"), py::arg("size"), py::arg("process_set"), py::arg("group_name"),
+           py::arg("timeout") = 0.0,
+           "`timeout`: the group's timeout in seconds (torch's init_process_group/new_group "
+           "timeout); an op not complete that long after its call fails, and the group with it. "
+           "0: none (hora's own HORA_TIMEOUT_S and HORA_STALL_SHUTDOWN_S still apply).")
       .def_property_readonly("process_set", &ProcessGroupHora::processSet)
-      .def_property_readonly("group_name", &ProcessGroupHora::groupName);
+      .def_property_readonly("group_name", &ProcessGroupHora::groupName)
+      .def_property_readonly(
+          "timeout", [](const ProcessGroupHora &pg) { return pg.timeout().count() / 1000.0; },
+          "the group's timeout in seconds (0: none)");
 }

@@ -152,6 +152,20 @@ std::string signatureOf(const std::vector<at::Tensor> &tensors) {
   return s;
 }
 
+// What hora checks that every member agrees on about an op, for later ops' names
+// (ProcessGroupHora::kLag): its tensors as hora gets them (hora's dtype, the shape) and `more`
+// (the reduce op, the root).
+uint64_t agreedKey(const std::vector<at::Tensor> &horaTensors, const std::string &more) {
+  std::string s = more;
+  for (const auto &t : horaTensors) {
+    DLDataType d{};
+    dlType(t.scalar_type(), &d);
+    s += '|' + std::to_string(d.code) + ':' + std::to_string(d.bits);
+    for (const int64_t dim : t.sizes()) s += ',' + std::to_string(dim);
+  }
+  return std::hash<std::string>()(s);
+}
+
 // hora's output of allgather/alltoall/reducescatter, seen as a 1-D tensor of `dtype`. It belongs
 // to the request: copy out of it before the request is freed.
 at::Tensor horaOutput(hora_request_t request, at::ScalarType dtype, const char *what) {
@@ -308,7 +322,8 @@ std::vector<at::Tensor> WorkHora::result() {
   return result_;
 }
 
-void WorkHora::complete(std::vector<at::Tensor> value, std::exception_ptr error) {
+bool WorkHora::complete(std::vector<at::Tensor> value, std::exception_ptr error) {
+  if (claimed_.exchange(true)) return false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     result_ = value;
@@ -319,15 +334,36 @@ void WorkHora::complete(std::vector<at::Tensor> value, std::exception_ptr error)
   } else {
     future_->markCompleted(c10::IValue(std::move(value)));
   }
+  return true;
 }
 
 // ------------------------------------------------------------------------------------------------
 
-ProcessGroupHora::ProcessGroupHora(int rank, int size, int32_t processSet, std::string groupName)
+namespace {
+
+// The key of an op that failed (see ProcessGroupHora::kLag): hora failed it on every member.
+constexpr uint64_t kFailedKey = ~uint64_t{0};
+
+// "3 s", "0.25 s": a timeout as torch's user wrote it, near enough.
+std::string seconds(std::chrono::milliseconds t) {
+  char text[32];
+  if (t.count() % 1000 == 0) {
+    std::snprintf(text, sizeof text, "%lld s", static_cast<long long>(t.count() / 1000));
+  } else {
+    std::snprintf(text, sizeof text, "%.3g s", static_cast<double>(t.count()) / 1000.0);
+  }
+  return text;
+}
+
+}  // namespace
+
+ProcessGroupHora::ProcessGroupHora(int rank, int size, int32_t processSet, std::string groupName,
+                                   std::chrono::milliseconds timeout)
     : ProcessGroup(rank, size),
-      sequenceNames_(debugLevelAtLeastInfo()),
       processSet_(processSet),
-      groupName_(std::move(groupName)) {
+      groupName_(std::move(groupName)),
+      timeout_(timeout.count() > 0 ? timeout : std::chrono::milliseconds(0)),
+      shared_(std::make_shared<Shared>(groupName_, debugLevelAtLeastInfo())) {
   if (hora_is_initialized() == 0) {
     fail(HORA_ERR_NOT_INITIALIZED, "hora backend: hora is not initialized");
   }
@@ -343,29 +379,55 @@ ProcessGroupHora::ProcessGroupHora(int rank, int size, int32_t processSet, std::
                                : ""));
   }
   init();
-  watcher_ = std::thread([this] { watch(); });
+  const std::string threadName = ("hora-c10d " + groupName_).substr(0, 15);
+  const std::shared_ptr<Shared> shared = shared_;
+  watcher_ = std::thread([shared, threadName] {
+    pthread_setname_np(pthread_self(), threadName.c_str());
+    watch(shared);
+  });
+  if (timeout_.count() > 0) {
+    const std::chrono::milliseconds t = timeout_;
+    const std::string timerName = ("hora-c10dt " + groupName_).substr(0, 15);
+    timer_ = std::thread([shared, t, timerName] {
+      pthread_setname_np(pthread_self(), timerName.c_str());
+      enforceTimeout(shared, t);
+    });
+  }
 }
 
 ProcessGroupHora::~ProcessGroupHora() {
+  Shared &s = *shared_;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stop_ = true;
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.stop = true;
   }
-  queued_.notify_all();
-  // The last reference often goes in Python, with the GIL held, while the watcher may be running
-  // a Python callback of a future (or dropping a Python object): it needs the GIL to finish.
-  if (Py_IsInitialized() != 0 && PyGILState_Check() != 0) {
-    PyThreadState *state = PyEval_SaveThread();
-    watcher_.join();
-    PyEval_RestoreThread(state);
+  s.queued.notify_all();
+  s.changed.notify_all();
+  // The last reference often goes in Python, with the GIL held, while the watcher (or the
+  // timer, failing works) may be running a Python callback of a future (or dropping a Python
+  // object): it needs the GIL to finish.
+  PyThreadState *state = nullptr;
+  if (Py_IsInitialized() != 0 && PyGILState_Check() != 0) state = PyEval_SaveThread();
+  bool leave;
+  {
+    // Every op completes, or the timer fails the group when one outlives the timeout: then the
+    // watcher may be blocked in hora_wait for as long as hora holds that op, and is left to
+    // finish on its own.
+    std::unique_lock<std::mutex> lock(s.mutex);
+    s.changed.wait(lock, [&s] { return s.watcherDone || s.stuck; });
+    leave = !s.watcherDone;
+  }
+  if (leave) {
+    watcher_.detach();
   } else {
     watcher_.join();
   }
+  if (timer_.joinable()) timer_.join();
+  if (state != nullptr) PyEval_RestoreThread(state);
 }
 
-void ProcessGroupHora::watch() {
-  const std::string threadName = ("hora-c10d " + groupName_).substr(0, 15);
-  pthread_setname_np(pthread_self(), threadName.c_str());
+void ProcessGroupHora::watch(const std::shared_ptr<Shared> &shared) {
+  Shared &s = *shared;
   // Results are copied into tensors that may require grad (a parameter broadcast in place):
   // that copy is the collective's, not part of any graph. (A future's callbacks run with the
   // grad mode of the thread that added them.)
@@ -373,33 +435,51 @@ void ProcessGroupHora::watch() {
   for (;;) {
     Op op;
     {
-      std::unique_lock<std::mutex> lock(mutex_);
-      queued_.wait(lock, [this] { return stop_ || !ops_.empty(); });
-      if (ops_.empty()) return;  // stopping, and every op has completed
-      // Only this thread pops or touches an op already queued: the front stays put while the
-      // lock is let go.
-      Op &front = ops_.front();
+      std::unique_lock<std::mutex> lock(s.mutex);
+      s.queued.wait(lock, [&s] { return s.stop || !s.ops.empty(); });
+      if (s.ops.empty()) {  // stopping, and every op has completed
+        s.watcherDone = true;
+        lock.unlock();
+        s.changed.notify_all();
+        return;
+      }
+      // Only this thread pops the front or changes an op already queued (the timer only reads
+      // them): the front stays put while the lock is let go.
+      Op &front = s.ops.front();
       TORCH_INTERNAL_ASSERT(front.request != nullptr || front.error != nullptr);
       if (front.error == nullptr) {
+        const hora_request_t request = front.request;
         lock.unlock();
-        const hora_status_t status = hora_wait(front.request);
+        const hora_status_t status = hora_wait(request);
+        std::exception_ptr error;
+        std::string why;
         if (status != HORA_SUCCESS) {
-          front.error = std::make_exception_ptr(horaError(status, front.what));
+          const StatusError e = horaError(status, front.what);
+          error = std::make_exception_ptr(e);
+          why = e.what();
         }
         lock.lock();
+        front.error = error;
+        // hora gave up on the op (HORA_STALL_SHUTDOWN_S, HORA_TIMEOUT_S): the members' sequences
+        // no longer line up, as with the group's own timeout.
+        if (status == HORA_ERR_TIMEOUT && s.brokenStatus == HORA_SUCCESS) {
+          s.brokenStatus = status;
+          s.broken = why;
+        }
       }
       op = std::move(front);
-      ops_.pop_front();
-      // hora freed the name before completing the request: the next op of that name goes now.
-      for (Op &next : ops_) {
-        if (next.name != op.name) continue;
-        const hora_status_t status = next.submit(next.name.c_str(), &next.request);
-        if (status != HORA_SUCCESS) next.error = std::make_exception_ptr(horaError(status, next.what));
-        break;
-      }
+      s.ops.pop_front();
+      // What every member now knows of the op (hora checked that they agree, or failed it on
+      // all of them), for the names of later ops of its kind.
+      s.kinds[op.what].record(op.k, op.error == nullptr ? op.key : kFailedKey);
+      // hora freed the name before completing the request, and the key is known: queued ops
+      // that waited for either go now.
+      s.submitReady();
+      if (s.stop) s.changed.notify_all();  // the timer may be waiting for the queue to empty
     }
     std::vector<at::Tensor> value;
-    if (op.error == nullptr) {
+    // A work the timer failed keeps its tensors as they are: its caller has been told it failed.
+    if (op.error == nullptr && !op.work->claimed()) {
       try {
         value = op.finish(op.request);
       } catch (...) {
@@ -420,39 +500,194 @@ void ProcessGroupHora::watch() {
   }
 }
 
+// The group's timeout, counted from each op's call: ops complete in order, so the front of the
+// queue is the one to watch. When it outlives the timeout (hora has not completed it), the
+// group fails: that op's work with a timeout error naming it, every other queued op's work with
+// the same cause, and every later call at once. hora may still hold the late op (until a member
+// submits it, HORA_STALL_SHUTDOWN_S fails it, or hora shuts down); the watcher keeps its tensors
+// alive until then. The members' sequences of ops no longer line up (a skipped op shifts every
+// later name), which is why the group does not go on.
+void ProcessGroupHora::enforceTimeout(const std::shared_ptr<Shared> &shared,
+                                      std::chrono::milliseconds timeout) {
+  Shared &s = *shared;
+  std::unique_lock<std::mutex> lock(s.mutex);
+  for (;;) {
+    if (s.stop && (s.ops.empty() || s.stuck)) break;
+    if (s.ops.empty() || s.stuck) {
+      // Woken by the next op queued (enqueue notifies only an idle timer) or by stop.
+      s.timerIdle = true;
+      s.changed.wait(lock);
+      s.timerIdle = false;
+      continue;
+    }
+    const Op &front = s.ops.front();
+    const Clock::time_point now = Clock::now();
+    if (now < front.deadline) {
+      const Clock::time_point deadline = front.deadline;  // the front may go while waiting
+      s.changed.wait_until(lock, deadline);
+      continue;
+    }
+    // Past its deadline. Done in hora (or failed at submission), it only waits for the watcher,
+    // which may be busy with a slow callback of an earlier op's future.
+    int done = 0;
+    if (front.error != nullptr || front.request == nullptr ||
+        hora_poll(front.request, &done) != HORA_SUCCESS || done != 0) {
+      s.changed.wait_for(lock, std::chrono::milliseconds(10));
+      continue;
+    }
+    const std::string why =
+        std::string(front.what) + " '" + front.name + "'" +
+        (front.signature.empty() ? std::string() : " (" + front.signature + ")") +
+        " did not complete within the process group's timeout of " + seconds(timeout) +
+        " (init_process_group/new_group timeout=): a member of the group has not called it, or "
+        "called another collective at this point; the group is unusable from now on (every "
+        "later op on it fails at once): destroy it or restart";
+    s.stuck = true;
+    s.brokenStatus = HORA_ERR_TIMEOUT;
+    s.broken = why;
+    std::vector<std::pair<c10::intrusive_ptr<WorkHora>, std::exception_ptr>> failed;
+    for (const Op &op : s.ops) {
+      const std::string message =
+          &op == &front ? std::string("hora backend: ") + why
+                        : where(op.what) + "not complete: the group failed: " + why;
+      failed.emplace_back(op.work, std::make_exception_ptr(StatusError(HORA_ERR_TIMEOUT, message)));
+    }
+    lock.unlock();
+    s.changed.notify_all();  // the destructor may be waiting for this
+    for (auto &f : failed) {
+      try {
+        f.first->complete({}, f.second);
+      } catch (const std::exception &e) {
+        std::fprintf(stderr, "hora backend: a callback of a failed op's future threw: %s\n",
+                     e.what());
+      }
+    }
+    failed.clear();
+    lock.lock();
+  }
+}
+
+uint64_t ProcessGroupHora::Kind::modulus(uint64_t k) {
+  while (tracked < needed(k)) track(tracked++);
+  if (period == 0) return kLag;
+  return period * ((kLag + period - 1) / period);
+}
+
+void ProcessGroupHora::Kind::record(uint64_t k, uint64_t key) {
+  TORCH_INTERNAL_ASSERT(k == known, "hora backend: op ", k, " of a kind completed as op ", known);
+  keys[k % kWindow] = key;
+  ++known;
+}
+
+// Keeps `period` that of keys [0, i]: the smallest p whose last two runs of p keys are equal,
+// looked for again only when key i breaks the current one.
+void ProcessGroupHora::Kind::track(uint64_t i) {
+  auto at = [this](uint64_t j) { return keys[j % kWindow]; };
+  if (period > 0 && i >= period && at(i) == at(i - period)) return;
+  period = 0;
+  for (uint64_t p = 1; p <= kMaxPeriod && 2 * p <= i + 1; ++p) {
+    bool repeats = true;
+    for (uint64_t j = 0; j < p && repeats; ++j) repeats = at(i - j) == at(i - j - p);
+    if (repeats) {
+      period = p;
+      return;
+    }
+  }
+}
+
+bool ProcessGroupHora::Shared::trySubmit(Op &op, bool nameInFlight) {
+  if (op.name.empty()) {
+    Kind &kind = kinds[op.what];
+    if (!kind.nameable(op.k)) return false;
+    op.name = "c10d." + groupName + "." + op.what + "." + std::to_string(op.k % kind.modulus(op.k));
+    nameInFlight = std::any_of(ops.begin(), ops.end(), [&op](const Op &o) {
+      return &o != &op && o.name == op.name;
+    });
+  }
+  if (nameInFlight) return false;
+  const hora_status_t status = op.submit(op.name.c_str(), &op.request);
+  if (status != HORA_SUCCESS) {
+    if (!sequenceNames) op.name.clear();
+    throw horaError(status, op.what);
+  }
+  return true;
+}
+
+void ProcessGroupHora::Shared::submitReady() {
+  // An op waits for an earlier one of its name, or of its kind (for the key), so only ops
+  // behind the first unsubmitted one can go; names are given in order of k within a kind.
+  for (auto it = ops.begin(); it != ops.end(); ++it) {
+    Op &op = *it;
+    if (op.request != nullptr || op.error != nullptr) continue;
+    if (brokenStatus != HORA_SUCCESS) {
+      op.error = std::make_exception_ptr(
+          StatusError(brokenStatus, where(op.what) + "not run: the group failed: " + broken));
+      continue;
+    }
+    const bool inFlight =
+        !op.name.empty() && std::any_of(ops.begin(), it, [&op](const Op &o) {
+          return o.name == op.name;
+        });
+    try {
+      trySubmit(op, inFlight);
+    } catch (...) {
+      op.error = std::current_exception();
+    }
+  }
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupHora::enqueue(c10d::OpType type, const char *what,
                                                          const std::vector<at::Tensor> &inputs,
                                                          const std::string &signature,
-                                                         Submit submit, Finish finish) {
+                                                         uint64_t key, Submit submit,
+                                                         Finish finish) {
   auto work = c10::make_intrusive<WorkHora>(rank_, type, what, inputs);
-  const std::string key = signature.empty() ? std::string(what) : what + ("." + signature);
   Op op;
   op.what = what;
+  op.key = key;
+  op.signature = signature;
   op.work = work;
   op.submit = std::move(submit);
   op.finish = std::move(finish);
-  std::unique_lock<std::mutex> lock(mutex_);
-  // Every op takes its numbers, even one that hora refuses below: ranks that all refuse it stay
-  // in step.
-  const uint64_t seq = seq_++;
-  const uint64_t use = uses_[std::hash<std::string>()(key) % uses_.size()]++;
-  op.name = "c10d." + groupName_ + "." +
-            (sequenceNames_ ? std::to_string(seq) : key + "." + std::to_string(use % kSlots));
-  const bool nameInFlight =
-      std::any_of(ops_.begin(), ops_.end(), [&op](const Op &o) { return o.name == op.name; });
-  if (!nameInFlight) {
-    const hora_status_t status = op.submit(op.name.c_str(), &op.request);
-    if (status != HORA_SUCCESS) throw horaError(status, what);
+  op.deadline = timeout_.count() > 0 ? Clock::now() + timeout_ : Clock::time_point::max();
+  Shared &s = *shared_;
+  std::unique_lock<std::mutex> lock(s.mutex);
+  if (s.brokenStatus != HORA_SUCCESS) {
+    throw StatusError(s.brokenStatus, where(what) + "not run: the group failed: " + s.broken);
   }
-  ops_.push_back(std::move(op));
+  // The op takes its numbers. One that hora refuses below gives its number of its kind back,
+  // so that ranks that all refuse it stay in step (its place in the group's sequence stays
+  // taken, on every rank alike).
+  const uint64_t seq = s.seq++;
+  Kind &kind = s.kinds[what];
+  op.k = kind.count++;
+  // Names by sequence are unique and need no key; otherwise an earlier op of its kind not yet
+  // submitted goes first (names are given in order of k).
+  if (s.sequenceNames) op.name = "c10d." + groupName_ + "." + std::to_string(seq);
+  const bool waits =
+      !s.sequenceNames && std::any_of(s.ops.begin(), s.ops.end(), [what](const Op &o) {
+        return std::strcmp(o.what, what) == 0 && o.request == nullptr && o.error == nullptr;
+      });
+  if (!waits) {
+    try {
+      s.trySubmit(op, false);
+    } catch (...) {
+      --kind.count;
+      throw;
+    }
+  }
+  s.ops.push_back(std::move(op));
+  const bool wakeTimer = s.timerIdle;
+  s.timerIdle = false;
   lock.unlock();
-  queued_.notify_one();
+  s.queued.notify_one();
+  if (wakeTimer) s.changed.notify_all();
   return work;
 }
 
 uint64_t ProcessGroupHora::getSequenceNumberForGroup() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return seq_;
+  std::lock_guard<std::mutex> lock(shared_->mutex);
+  return shared_->seq;
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -476,7 +711,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::reduceTensors(c10d::OpType type
     const at::Tensor row = concatenated(tensors).reshape({1, -1});
     const int64_t size = size_;
     return enqueue(
-        type, what, tensors, signature, allgatherOf(row, set),
+        type, what, tensors, signature, agreedKey({row}, "bitwise"), allgatherOf(row, set),
         [tensors, row, dtype, size, red, write, what](hora_request_t request) mutable {
           const at::Tensor all = expectNumel(horaOutput(request, dtype, what), size * row.numel(),
                                              what);
@@ -500,7 +735,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::reduceTensors(c10d::OpType type
     outputs.push_back(write ? inputs.back() : at::empty_like(inputs.back()));
   }
   return enqueue(
-      type, what, tensors, signature,
+      type, what, tensors, signature, agreedKey(inputs, opName(red.kind)),
       [inputs, outputs, red, set](const char *name, hora_request_t *request) {
         std::vector<DLTensor> in, out;
         for (size_t i = 0; i < inputs.size(); ++i) {
@@ -563,6 +798,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::broadcast(std::vector<at::Tenso
   const int32_t set = processSet_;
   return enqueue(
       c10d::OpType::BROADCAST, what, tensors, signatureOf(tensors),
+      agreedKey({buf}, "root " + std::to_string(root)),
       [buf, root, set](const char *name, hora_request_t *request) {
         DLTensor d = toDl(buf);
         return hora_broadcast_async(name, &d, root, set, request);
@@ -602,7 +838,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::allgather(
   const int64_t n = input.numel();
   const at::ScalarType dtype = input.scalar_type();
   return enqueue(
-      c10d::OpType::ALLGATHER, what, inputs, signatureOf(inputs),
+      c10d::OpType::ALLGATHER, what, inputs, signatureOf(inputs), agreedKey({asRow(input)}, ""),
       allgatherOf(asRow(input), processSet_),
       [outs, n, dtype, what](hora_request_t request) mutable {
         const at::Tensor all = expectNumel(horaOutput(request, dtype, what),
@@ -629,7 +865,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::_allgather_base(at::Tensor &out
   at::Tensor out = output;
   return enqueue(
       c10d::OpType::_ALLGATHER_BASE, what, {input}, signatureOf({input}),
-      allgatherOf(asRow(input), processSet_),
+      agreedKey({asRow(input)}, ""), allgatherOf(asRow(input), processSet_),
       [out, dtype, what](hora_request_t request) mutable {
         copyChunk(out, expectNumel(horaOutput(request, dtype, what), out.numel(), what), 0);
         return std::vector<at::Tensor>{out};
@@ -673,7 +909,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::allgather_coalesced(
   std::vector<std::vector<at::Tensor>> outs = outputLists;
   return enqueue(
       c10d::OpType::ALLGATHER_COALESCED, what, inputs, signatureOf(inputs),
-      allgatherOf(row, processSet_),
+      agreedKey({row}, ""), allgatherOf(row, processSet_),
       [outs, n, dtype, what](hora_request_t request) mutable {
         const at::Tensor all = expectNumel(horaOutput(request, dtype, what),
                                            n * static_cast<int64_t>(outs.size()), what);
@@ -720,7 +956,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::gather(
   const int64_t n = input.numel(), size = size_;
   const at::ScalarType dtype = input.scalar_type();
   return enqueue(
-      c10d::OpType::GATHER, what, inputs, "", allgatherOf(asRow(input), processSet_),
+      c10d::OpType::GATHER, what, inputs, "", 0, allgatherOf(asRow(input), processSet_),
       [outs, n, size, dtype, what](hora_request_t request) mutable {
         const at::Tensor all = expectNumel(horaOutput(request, dtype, what), n * size, what);
         for (size_t i = 0; i < outs.size(); ++i) copyChunk(outs[i], all, n * static_cast<int64_t>(i));
@@ -781,7 +1017,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::scatter(
   const at::ScalarType dtype = output.scalar_type();
   return enqueue(
       c10d::OpType::SCATTER, what, inputs.empty() ? std::vector<at::Tensor>{} : inputs[0], "",
-      alltoallOf(flat, splits, processSet_),
+      0, alltoallOf(flat, splits, processSet_),
       [output, n, dtype, what](hora_request_t request) mutable {
         copyChunk(output, expectNumel(horaOutput(request, dtype, what), n, what), 0);
         return std::vector<at::Tensor>{output};
@@ -809,7 +1045,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::alltoall_base(
   const at::ScalarType dtype = input.scalar_type();
   at::Tensor out = output;
   return enqueue(
-      c10d::OpType::ALLTOALL_BASE, what, {input}, "",
+      c10d::OpType::ALLTOALL_BASE, what, {input}, "", 0,
       alltoallOf(input.contiguous(), inputSplits, processSet_),
       [out, expect, dtype, what](hora_request_t request) mutable {
         const int64_t *got = hora_request_received_splits(request);
@@ -847,7 +1083,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::alltoall(std::vector<at::Tensor
   }
   std::vector<at::Tensor> outs = outputs;
   return enqueue(
-      c10d::OpType::ALLTOALL, what, inputs, "", alltoallOf(concatenated(inputs), splits, processSet_),
+      c10d::OpType::ALLTOALL, what, inputs, "", 0,
+      alltoallOf(concatenated(inputs), splits, processSet_),
       [outs, dtype, what](hora_request_t request) mutable {
         const at::Tensor received = horaOutput(request, dtype, what);
         const int64_t *got = hora_request_received_splits(request);
@@ -918,7 +1155,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::reduceScatterRows(
   const std::string signature = signatureOf(inputs);
   if (red.bitwise) {
     return enqueue(
-        type, what, inputs, signature, allgatherOf(rows.reshape({1, -1}), set),
+        type, what, inputs, signature, agreedKey({rows.reshape({1, -1})}, "bitwise"),
+        allgatherOf(rows.reshape({1, -1}), set),
         [output, size, rank, n, dtype, red, what](hora_request_t request) mutable {
           const at::Tensor all = expectNumel(horaOutput(request, dtype, what), size * size * n, what);
           const at::Tensor folded = foldBitwise(all.view({size, size * n}), red.kind);
@@ -930,7 +1168,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::reduceScatterRows(
   // rows that are a copy.
   if (red.prescale != 1.0) rows = fresh ? rows.mul_(red.prescale) : rows.mul(red.prescale);
   return enqueue(
-      type, what, inputs, signature,
+      type, what, inputs, signature, agreedKey({rows}, opName(red.kind)),
       [rows, red, set](const char *name, hora_request_t *request) {
         const DLTensor in = toDl(rows);
         return hora_reducescatter_async(name, &in, red.op, set, request);
@@ -949,7 +1187,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::barrier(const c10d::BarrierOpti
   const at::Tensor token = at::zeros({1}, at::kInt);
   const int32_t set = processSet_;
   return enqueue(
-      c10d::OpType::BARRIER, "barrier", {}, "",
+      c10d::OpType::BARRIER, "barrier", {}, "", 0,
       [token, set](const char *name, hora_request_t *request) {
         DLTensor d = toDl(token);
         return hora_allreduce_async(name, &d, &d, HORA_OP_SUM, 1.0, 1.0, set, request);

@@ -5,16 +5,19 @@
 #include <hora/hora.h>
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -35,25 +38,31 @@ class StatusError : public std::runtime_error {
 };
 
 // The Work of one collective: completed by its group's watcher thread, with the result tensors
-// as its future's value (DDP's reducer reads them from there).
+// as its future's value (DDP's reducer reads them from there), or failed by the group's timer
+// when the group's timeout runs out first.
 class WorkHora : public c10d::Work {
  public:
   // `what`: the torch op, a string literal (also the profiler's title).
   WorkHora(int rank, c10d::OpType type, const char *what, const std::vector<at::Tensor> &inputs);
 
   // As Work::wait, but a timeout raises hora's timeout error naming the op (which stays in
-  // flight: wait again, or let hora's own timeout fail it).
+  // flight: wait again, or let the group's timeout fail it).
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
   std::vector<at::Tensor> result() override;
 
-  // Called once, by the watcher thread: wakes wait() first, then runs the future's callbacks.
-  void complete(std::vector<at::Tensor> value, std::exception_ptr error);
+  // Completes the work (wakes wait() first, then runs the future's callbacks) unless it was
+  // completed already: the watcher and the timer may both try; the first one wins. Returns
+  // whether this call completed it.
+  bool complete(std::vector<at::Tensor> value, std::exception_ptr error);
+  // Whether complete() has been called (the value may still be on its way).
+  bool claimed() const { return claimed_.load(); }
 
  private:
   const char *what_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::vector<at::Tensor> result_;  // guarded by Work::mutex_
+  std::atomic<bool> claimed_{false};
 };
 
 class ProcessGroupHora : public c10d::ProcessGroup {
@@ -61,13 +70,18 @@ class ProcessGroupHora : public c10d::ProcessGroup {
   // hora must be running and `processSet` must be a set this rank belongs to, of rank `rank`
   // and size `size` (checked). `groupName` is torch's name of the group, the same on every
   // member: it prefixes the names of this group's ops so that hora matches them across ranks.
-  ProcessGroupHora(int rank, int size, int32_t processSet, std::string groupName);
-  // Waits for the ops still in flight (hora's own timeouts bound that), then stops the watcher.
+  // `timeout`: torch's timeout of the group (init_process_group/new_group timeout=); an op not
+  // complete that long after it was called fails, and so does the group (see Shared). Zero: none.
+  ProcessGroupHora(int rank, int size, int32_t processSet, std::string groupName,
+                   std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
+  // Waits for the ops still in flight, at most until the group's timeout fails them; a watcher
+  // still waiting for hora then is left to finish on its own.
   ~ProcessGroupHora() override;
 
   const std::string getBackendName() const override { return "hora"; }
   int32_t processSet() const { return processSet_; }
   const std::string &groupName() const { return groupName_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor> &tensors,
                                            const c10d::BroadcastOptions &opts) override;
@@ -123,22 +137,107 @@ class ProcessGroupHora : public c10d::ProcessGroup {
   // it and returns the future's value.
   using Finish = std::function<std::vector<at::Tensor>(hora_request_t request)>;
 
+  using Clock = std::chrono::steady_clock;
+
+  // Op names must be the same on every member for the same call, whatever its tensors, so that
+  // hora compares the tensors and fails a disagreement (shape, dtype) on every rank with its
+  // MismatchError naming both sides; and they should repeat from step to step with the same
+  // tensors, so that hora's response cache answers them. The k-th op of a kind (torch op) is
+  // "c10d.<group>.<op>.<k mod m>": m is a multiple of the period (up to kMaxPeriod) of that
+  // kind's ops seen so far, and at least kLag. Only what hora has checked every rank agrees on
+  // counts: for each completed op, its tensors as hora got them (dtype, shape) and its reduce op
+  // or root, or that it failed; and only ops at least kLag back, so that op k's name waits, at
+  // most, for op k - kLag to complete: up to kLag ops of a kind are in hora at once, and a
+  // later one waits in the queue until the watcher can name and submit it. A later op whose
+  // name is still in flight on this rank waits the same way. No call ever blocks (a future's
+  // callback may submit ops on the watcher thread itself). With TORCH_DISTRIBUTED_DEBUG=INFO or
+  // DETAIL the n-th op is "c10d.<group>.<n>" instead: members that call different ops at one
+  // point then fail at once with MismatchError too (otherwise they submit different names,
+  // which the group's timeout fails), and every op takes hora's uncached path.
+  static constexpr uint64_t kLag = 32;
+  static constexpr uint64_t kMaxPeriod = 64;
+  static constexpr uint64_t kWindow = 256;  // > kLag + 2 * kMaxPeriod: the keys a period needs
+
+  // The naming state of one kind of op: see kLag. Every member computes the same from the
+  // same agreed keys.
+  struct Kind {
+    uint64_t count = 0;    // ops of this kind called so far: k of the next one
+    uint64_t known = 0;    // ops of this kind completed so far; their keys are in `keys`
+    uint64_t tracked = 0;  // how many keys `period` has looked at
+    uint64_t period = 0;   // of keys [0, tracked); 0 while none is found
+    std::array<uint64_t, kWindow> keys{};  // op i's key at i % kWindow
+
+    // Whether op k can be named: the keys its name depends on are known.
+    bool nameable(uint64_t k) const { return known >= needed(k); }
+    // The m of op k's name (nameable(k) holds); ops are named in order of k.
+    uint64_t modulus(uint64_t k);
+    void record(uint64_t k, uint64_t key);
+
+   private:
+    static uint64_t needed(uint64_t k) { return k >= kLag ? k - kLag + 1 : 0; }
+    void track(uint64_t i);
+  };
+
   struct Op {
-    std::string name;  // hora's name of the op
-    const char *what = nullptr;  // the torch op, for messages
+    std::string name;           // hora's name of the op; empty until named (see kLag)
+    const char *what = nullptr;  // the torch op (its kind), for names and messages
+    uint64_t k = 0;             // its number among the group's ops of its kind
+    uint64_t key = 0;           // what every member agrees on about it, for names (see kLag)
+    std::string signature;      // its tensors ("Float[2,3]"), for messages
+    Clock::time_point deadline;  // when the group's timeout fails it
     c10::intrusive_ptr<WorkHora> work;
     Submit submit;
     Finish finish;
     hora_request_t request = nullptr;  // null until submitted
-    std::exception_ptr error;          // its submission by the watcher failed
+    std::exception_ptr error;          // its submission failed, or the group failed first
   };
 
-  // Names the op, submits it (or leaves that to the watcher: see kSlots) and queues it for the
-  // watcher. `signature`: what every member agrees on about the op's tensors (dtypes, shapes).
+  // What the group's threads share with it. The watcher and the timer hold it too, so that a
+  // watcher still blocked in hora_wait when the group goes (its op timed out and hora has not
+  // failed it yet) can be left to finish on its own: it frees the request and the tensors hora
+  // writes to once hora completes the op (at the latest when hora shuts down).
+  struct Shared {
+    Shared(std::string group, bool sequence)
+        : groupName(std::move(group)), sequenceNames(sequence) {}
+    const std::string groupName;
+    const bool sequenceNames;  // TORCH_DISTRIBUTED_DEBUG: see kLag
+
+    // This mutex protects everything below. Held for submissions and hora_poll, never while
+    // waiting for hora or running a future's callbacks.
+    std::mutex mutex;
+    std::condition_variable queued;   // the watcher's: an op was queued, or stop
+    std::condition_variable changed;  // the timer's and the destructor's: see each flag
+    uint64_t seq = 0;
+    std::unordered_map<std::string, Kind> kinds;  // by the torch op (`what`)
+    // In submission order: the watcher completes them in that order, as torch expects of a
+    // group. The front is the op it waits for (always submitted, or failed); other threads only
+    // push to the back, and the timer reads the front.
+    std::deque<Op> ops;
+    bool stop = false;         // the group is going
+    bool watcherDone = false;  // the watcher has returned (notifies changed)
+    bool timerIdle = false;    // the timer waits for an op to be queued (notify changed then)
+    bool stuck = false;        // the timer failed the group: an op outlived the timeout
+    // Not OK once the group has failed (an op outlived the group's timeout, or hora timed it
+    // out): every later op fails at once with this, since the members' sequences of ops no
+    // longer line up and hora may still hold the late op. Destroy the group, or restart.
+    hora_status_t brokenStatus = HORA_SUCCESS;
+    std::string broken;
+
+    // Names `op` if it can be (see kLag) and submits it if its name is free: whether it was
+    // submitted. Throws what hora's submission raised, with the op left unnamed.
+    bool trySubmit(Op &op, bool nameInFlight);
+    // After the front op went: names and submits the queued ops that can go now, or fails
+    // them when the group has failed.
+    void submitReady();
+  };
+
+  // Names the op, submits it (or leaves that to the watcher: see kLag) and queues it for the
+  // watcher. `signature`: the op's tensors, for messages; `key`: what every member agrees on
+  // about it once hora has checked it (see kLag).
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char *what,
                                          const std::vector<at::Tensor> &inputs,
-                                         const std::string &signature, Submit submit,
-                                         Finish finish);
+                                         const std::string &signature, uint64_t key,
+                                         Submit submit, Finish finish);
   // An allreduce of `tensors` (one dtype), its result written to them when `write`; BAND, BOR
   // and BXOR go through an allgather.
   c10::intrusive_ptr<c10d::Work> reduceTensors(c10d::OpType type, const char *what,
@@ -150,37 +249,18 @@ class ProcessGroupHora : public c10d::ProcessGroup {
                                                    at::Tensor output, at::Tensor rows, bool fresh,
                                                    const std::vector<at::Tensor> &inputs,
                                                    const c10d::ReduceOp &op);
-  void watch();
+  // The watcher: waits for each op in turn and completes its work.
+  static void watch(const std::shared_ptr<Shared> &shared);
+  // The timer: fails the group when its oldest op outlives the timeout.
+  static void enforceTimeout(const std::shared_ptr<Shared> &shared,
+                             std::chrono::milliseconds timeout);
 
-  // Op names repeat from step to step, so that hora's response cache answers them: the k-th op
-  // of a signature (torch op, dtypes, shapes) is "c10d.<group>.<op>.<signature>.<k % kSlots>"
-  // on every rank. Up to kSlots ops of a signature are in hora at once; a later one whose name
-  // is still in flight on this rank waits in the queue, and the watcher submits it once that
-  // name is free, so that no call ever blocks (a future's callback may submit ops on the watcher
-  // thread itself). Ranks that disagree (another shape or op at the same point) submit
-  // different names, which hora reports as a stall. With TORCH_DISTRIBUTED_DEBUG=INFO or
-  // DETAIL the n-th op is "c10d.<group>.<n>" instead: a disagreement fails at once with hora's
-  // MismatchError naming both sides, and every op takes hora's uncached path.
-  static constexpr uint64_t kSlots = 8;
-
-  const bool sequenceNames_;  // TORCH_DISTRIBUTED_DEBUG: see kSlots
   const int32_t processSet_;
   const std::string groupName_;
-
-  // This mutex protects: seq_, uses_, ops_ and stop_. Held for submissions, never while waiting
-  // for hora or running a future's callbacks.
-  std::mutex mutex_;
-  std::condition_variable queued_;
-  uint64_t seq_ = 0;
-  // Ops submitted by signature, k above. A counter serves every signature of its hash bucket:
-  // the count stays a function of the sequence of ops, the same on every rank, and memory
-  // stays bounded however many shapes a program uses.
-  std::array<uint64_t, 1024> uses_{};
-  // In submission order: the watcher completes them in that order, as torch expects of a group.
-  // The front is the op it waits for; other threads only push to the back.
-  std::deque<Op> ops_;
-  bool stop_ = false;
+  const std::chrono::milliseconds timeout_;
+  const std::shared_ptr<Shared> shared_;
   std::thread watcher_;
+  std::thread timer_;  // only with a timeout
 };
 
 }  // namespace dist
