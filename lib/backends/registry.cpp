@@ -34,13 +34,13 @@ struct Candidate {
 std::vector<Candidate> candidates(const Knobs &knobs) {
   std::vector<Candidate> list;
 #if HORA_HAVE_MPI
-  list.push_back({"mpi", [](Bootstrap &, Group &g, std::string *why) -> std::unique_ptr<Backend> {
+  list.push_back({"mpi", [&knobs](Bootstrap &, Group &g, std::string *why) -> std::unique_ptr<Backend> {
                     auto *mpi = dynamic_cast<MpiGroup *>(&g);
                     if (mpi == nullptr) {
                       *why = "the world was not formed by MPI";
                       return nullptr;
                     }
-                    return createMpiBackend(mpi->dataComm());
+                    return createMpiBackend(mpi->dataComm(), knobs.timeoutS);
                   }});
 #endif
 #if HORA_HAVE_GLOO

@@ -18,7 +18,7 @@ class SelfControlPlane final : public ControlPlane {
 class SelfGroup final : public Group {
  public:
   ControlPlane &control() override { return plane_; }
-  void poison() override {}
+  void poison(int, const std::string &) override {}
   bool usesSockets() const override { return false; }
 
  private:

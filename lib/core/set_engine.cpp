@@ -107,6 +107,8 @@ void SetEngine::threadMain(const std::function<Parts()> &setup, std::promise<Sta
     timeline_ = parts_.timeline;
     flight_ = parts_.flight;
     executor_->setTimeline(timeline_, id_);
+    watch_ = std::make_unique<StallWatch>(id_, rank_, size_, parts_.group->presence(),
+                                          knobs_.stallWarningS, knobs_.timeoutS);
     if (std::string why; parts_.cpu >= 0 && !bindThisThread(parts_.cpu, &why)) {
       HORA_LOG(kWarning) << "HORA_THREAD_AFFINITY: cannot bind " << threadName << " to CPU "
                          << parts_.cpu << ": " << why;
@@ -137,6 +139,7 @@ void SetEngine::threadMain(const std::function<Parts()> &setup, std::promise<Sta
   // Teardown in the thread that made them; no caller runs a cycle of a stopped set.
   std::lock_guard<std::mutex> lock(cycleMutex_);
   queue_.setBell(nullptr);
+  watch_.reset();  // its thread uses the group's presence channel
   device_.reset();
   executor_.reset();
   controller_.reset();
@@ -204,9 +207,16 @@ SetEngine::Cycle SetEngine::runCycle(bool ownThread) {
 }
 
 void SetEngine::fail(const Error &e) {
-  HORA_LOG(kError) << "process set " << id_ << " stopped: " << e.what();
-  if (blastRadius(e.status()) == BlastRadius::kRuntime) parts_.group->poison();
-  stop(e.toStatus());
+  Status why = e.toStatus();
+  // A wait ran out: say who it waited for, where the group's presence channel tells.
+  if (why.code == HORA_ERR_TIMEOUT && watch_ != nullptr) {
+    if (const std::string who = watch_->missing(); !who.empty()) {
+      why.message += "; not taking part: " + who;
+    }
+  }
+  HORA_LOG(kError) << "process set " << id_ << " stopped: " << why.message;
+  if (blastRadius(why.code) == BlastRadius::kRuntime) parts_.group->poison(why.code, why.message);
+  stop(why);
 }
 
 SetEngine::Cycle SetEngine::cycle(bool ownThread) {
@@ -235,6 +245,7 @@ SetEngine::Cycle SetEngine::cycle(bool ownThread) {
     return agreed ? Cycle::kAgreed : Cycle::kNothing;
   }
 
+  watch_->negotiating(++negotiations_);
   Controller::Outcome outcome = controller_->negotiate(pending_, wantShutdown);
   if (outcome.shutdown) {
     stop(Status{HORA_ERR_SHUT_DOWN,
@@ -255,6 +266,7 @@ SetEngine::Cycle SetEngine::cycle(bool ownThread) {
     order_.push_back(r.get());
   }
   execute(order_);
+  watch_->idle();
   busy_ = !pending_.empty() || !handedOver_.empty();
   return agreed || !outcome.responses.empty() ? Cycle::kAgreed : Cycle::kNothing;
 }
@@ -294,6 +306,8 @@ void SetEngine::execute(const std::vector<const Response *> &responses) {
       }
     }
     if (requests.empty()) continue;
+    const char *opName = opSpec(first.agreed.op).name;
+    watch_->running(opName, first.agreed.name, seqs.front());
     const bool traced = timeline_ != nullptr && timeline_->active();
     const Timeline::Clock::time_point began = traced ? Timeline::Clock::now() : Timeline::Clock::time_point{};
     if (flight_ != nullptr) {
@@ -337,6 +351,7 @@ void SetEngine::execute(const std::vector<const Response *> &responses) {
       if (status.code == HORA_ERR_TIMEOUT) flight_->dump(status.message);
     }
     finish(owned, status);
+    if (status.ok()) watch_->completed(opName, first.agreed.name, seqs.back());
   }
 }
 

@@ -15,6 +15,7 @@
 #include "core/device_executor.h"
 #include "core/executor.h"
 #include "core/flight_recorder.h"
+#include "core/stall_watch.h"
 #include "core/tensor_queue.h"
 #include "core/timeline.h"
 #include "core/world.h"
@@ -140,6 +141,8 @@ class SetEngine {
   Timeline *timeline_ = nullptr;  // the runtime's (Parts::timeline)
   FlightRecorder *flight_ = nullptr;  // the runtime's (Parts::flight); set before start() returns
   int64_t opSeq_ = 0;  // responses executed: the same sequence on every member
+  int64_t negotiations_ = 0;  // negotiations entered: the same sequence on every member
+  std::unique_ptr<StallWatch> watch_;  // made with the controller
   // CUDA tensors' executor (NCCL), made at the set's first CUDA response: one GPU per rank and set.
   std::unique_ptr<DeviceExecutor> device_;
   std::atomic<int> cudaDevice_{-1};  // the GPU of this rank's first CUDA submission in the set

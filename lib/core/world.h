@@ -24,6 +24,19 @@ struct Topology {
   int crossSize = 1;
 };
 
+// A side channel on which each rank of a group says, about once a second, what it is doing (a
+// line of text the engine writes: see core/stall_watch.h), so that a rank left waiting can tell
+// which peers have not taken part, and what each did last. Never blocks on a peer; a peer that
+// is stopped or dead simply goes quiet. Used from the set's watchdog thread.
+class Presence {
+ public:
+  virtual ~Presence() = default;
+  // Makes `line` this rank's latest word to every other rank of the group.
+  virtual void publish(const std::string &line) = 0;
+  // The latest word of each rank of the group, by group rank ("" where none arrived yet).
+  virtual std::vector<std::string> collect() = 0;
+};
+
 // A set of ranks with its own private channels: the world, or a process set. Negotiation runs
 // over control(); a backend made for the group (Fabric::cpuBackend) moves the data.
 class Group {
@@ -32,12 +45,14 @@ class Group {
   virtual ControlPlane &control() = 0;
   int rank() { return control().rank(); }
   int size() { return control().size(); }
-  // The group is unusable (a peer is lost or a collective timed out): teardown must then not
-  // make collective calls that could hang.
-  virtual void poison() = 0;
+  // The group is unusable (a peer is lost or a collective timed out, for the reason given):
+  // teardown must then not make collective calls that could hang.
+  virtual void poison(int status, const std::string &why) = 0;
   // Whether the control plane writes to sockets (a write to a lost peer then raises SIGPIPE in
   // the writing thread unless it is blocked there).
   virtual bool usesSockets() const = 0;
+  // The group's side channel, or nullptr where it has none.
+  virtual Presence *presence() { return nullptr; }
 };
 
 // The world a launcher formed: who this rank is, and how to make groups in it.

@@ -33,7 +33,7 @@ class ThreadRankGroup final : public Group {
  public:
   ThreadRankGroup(ThreadGroup &group, int rank) : plane_(group, rank) {}
   ControlPlane &control() override { return plane_; }
-  void poison() override {}
+  void poison(int, const std::string &) override {}
   bool usesSockets() const override { return false; }
 
  private:

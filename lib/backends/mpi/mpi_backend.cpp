@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// MPI backend: blocking collectives on a private communicator, in chunks that fit MPI's int
-// counts. Blocking is safe here: negotiation has already established that every rank makes this
-// call now.
+// MPI backend: collectives on a private communicator, in chunks that fit MPI's int counts.
+// Negotiation has already established that every rank makes this call now, but a rank can still
+// be stopped or die in it, so each is non-blocking and waited for with a deadline (HORA_TIMEOUT_S),
+// polling without sleeping as a blocking call would.
 #include "backends/mpi/mpi_backend.h"
 
 #include <algorithm>
@@ -43,7 +44,7 @@ MPI_Op mpiOp(ReduceOp op) {
 
 class MpiBackend final : public Backend {
  public:
-  explicit MpiBackend(MPI_Comm comm) : comm_(comm) {
+  MpiBackend(MPI_Comm comm, double timeoutS) : comm_(comm), timeoutS_(timeoutS) {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
   }
@@ -56,6 +57,7 @@ class MpiBackend final : public Backend {
   }
 
   void allreduce(const void *in, void *out, int64_t count, DType dtype, ReduceOp op) override {
+    throwIfMpiBroken();
     const MPI_Datatype type = mpiType(dtype);
     const MPI_Op mop = mpiOp(op);
     const size_t esize = dtypeSize(dtype);
@@ -63,18 +65,24 @@ class MpiBackend final : public Backend {
       const int n = static_cast<int>(std::min(kMaxChunk, count - off));
       char *o = static_cast<char *>(out) + off * static_cast<int64_t>(esize);
       const void *i = in == out ? MPI_IN_PLACE : static_cast<const char *>(in) + off * static_cast<int64_t>(esize);
-      HORA_CHECK_MPI(MPI_Allreduce(i, o, n, type, mop, comm_));
+      MPI_Request req;
+      HORA_CHECK_MPI(MPI_Iallreduce(i, o, n, type, mop, comm_, &req));
+      wait(&req, 1, "allreduce");
     }
   }
 
   void broadcast(void *buf, int64_t bytes, int root) override {
+    throwIfMpiBroken();
     for (int64_t off = 0; off < bytes; off += kMaxChunk) {
       const int n = static_cast<int>(std::min(kMaxChunk, bytes - off));
-      HORA_CHECK_MPI(MPI_Bcast(static_cast<char *>(buf) + off, n, MPI_BYTE, root, comm_));
+      MPI_Request req;
+      HORA_CHECK_MPI(MPI_Ibcast(static_cast<char *>(buf) + off, n, MPI_BYTE, root, comm_, &req));
+      wait(&req, 1, "broadcast");
     }
   }
 
   void allgatherv(const void *in, void *out, const std::vector<int64_t> &bytesPerRank) override {
+    throwIfMpiBroken();
     std::vector<int> counts, displs;
     const bool fits = toIntCounts(bytesPerRank, &counts, &displs);
     char *o = static_cast<char *>(out);
@@ -83,8 +91,10 @@ class MpiBackend final : public Backend {
       const int64_t mine = bytesPerRank[static_cast<size_t>(rank_)];
       char *slot = o + displs[static_cast<size_t>(rank_)];
       if (mine > 0 && slot != in) std::memmove(slot, in, static_cast<size_t>(mine));
-      HORA_CHECK_MPI(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_BYTE, o, counts.data(), displs.data(),
-                                    MPI_BYTE, comm_));
+      MPI_Request req;
+      HORA_CHECK_MPI(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_BYTE, o, counts.data(), displs.data(),
+                                     MPI_BYTE, comm_, &req));
+      wait(&req, 1, "allgather");
       return;
     }
     // Past MPI's int counts: each rank broadcasts its block in chunks.
@@ -99,11 +109,14 @@ class MpiBackend final : public Backend {
 
   void alltoallv(const void *in, const std::vector<int64_t> &sendBytes, void *out,
                  const std::vector<int64_t> &recvBytes) override {
+    throwIfMpiBroken();
     std::vector<int> sc, sd, rc, rd;
     const bool fits = toIntCounts(sendBytes, &sc, &sd) && toIntCounts(recvBytes, &rc, &rd);
     if (fits) {
-      HORA_CHECK_MPI(MPI_Alltoallv(in, sc.data(), sd.data(), MPI_BYTE, out, rc.data(), rd.data(),
-                                   MPI_BYTE, comm_));
+      MPI_Request req;
+      HORA_CHECK_MPI(MPI_Ialltoallv(in, sc.data(), sd.data(), MPI_BYTE, out, rc.data(), rd.data(),
+                                    MPI_BYTE, comm_, &req));
+      wait(&req, 1, "alltoall");
       return;
     }
     // Past MPI's int counts: pairwise exchanges in chunks, rank by rank offset so every step
@@ -122,20 +135,26 @@ class MpiBackend final : public Backend {
       for (int64_t off = 0; off < std::max(sn, rn); off += kMaxChunk) {
         const int s = static_cast<int>(std::max<int64_t>(0, std::min(kMaxChunk, sn - off)));
         const int r = static_cast<int>(std::max<int64_t>(0, std::min(kMaxChunk, rn - off)));
-        HORA_CHECK_MPI(MPI_Sendrecv(src + sOff[static_cast<size_t>(to)] + std::min(off, sn), s, MPI_BYTE, to, 0,
-                                    dst + rOff[static_cast<size_t>(from)] + std::min(off, rn), r, MPI_BYTE, from, 0,
-                                    comm_, MPI_STATUS_IGNORE));
+        MPI_Request reqs[2];
+        HORA_CHECK_MPI(MPI_Irecv(dst + rOff[static_cast<size_t>(from)] + std::min(off, rn), r,
+                                 MPI_BYTE, from, 0, comm_, &reqs[0]));
+        HORA_CHECK_MPI(MPI_Isend(src + sOff[static_cast<size_t>(to)] + std::min(off, sn), s,
+                                 MPI_BYTE, to, 0, comm_, &reqs[1]));
+        wait(reqs, 2, "alltoall");
       }
     }
   }
 
   void reducescatter(const void *in, void *out, const std::vector<int64_t> &counts, DType dtype,
                      ReduceOp op) override {
+    throwIfMpiBroken();
     const MPI_Datatype type = mpiType(dtype);
     const MPI_Op mop = mpiOp(op);
     std::vector<int> c, d;
     if (toIntCounts(counts, &c, &d)) {
-      HORA_CHECK_MPI(MPI_Reduce_scatter(in, out, c.data(), type, mop, comm_));
+      MPI_Request req;
+      HORA_CHECK_MPI(MPI_Ireduce_scatter(in, out, c.data(), type, mop, comm_, &req));
+      wait(&req, 1, "reducescatter");
       return;
     }
     // Past MPI's int counts: one chunked reduce to each block's owner.
@@ -147,13 +166,20 @@ class MpiBackend final : public Backend {
         const int k = static_cast<int>(std::min(kMaxChunk, n - off));
         const char *src = static_cast<const char *>(in) + (base + off) * esize;
         char *dst = static_cast<char *>(out) + off * esize;
-        HORA_CHECK_MPI(MPI_Reduce(src, r == rank_ ? dst : nullptr, k, type, mop, r, comm_));
+        MPI_Request req;
+        HORA_CHECK_MPI(MPI_Ireduce(src, r == rank_ ? dst : nullptr, k, type, mop, r, comm_, &req));
+        wait(&req, 1, "reducescatter");
       }
       base += n;
     }
   }
 
  private:
+  // Waits with the deadline; the plane is broken after a timeout (see waitMpi).
+  void wait(MPI_Request *requests, int count, const char *op) {
+    waitMpi(requests, count, timeoutS_, op, nullptr, MpiWait::kBusy);
+  }
+
   // Counts and displacements as MPI ints; false if any does not fit.
   static bool toIntCounts(const std::vector<int64_t> &n, std::vector<int> *counts,
                           std::vector<int> *displs) {
@@ -168,12 +194,15 @@ class MpiBackend final : public Backend {
   }
 
   MPI_Comm comm_;
+  double timeoutS_;
   int rank_ = 0;
   int size_ = 1;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> createMpiBackend(MPI_Comm comm) { return std::make_unique<MpiBackend>(comm); }
+std::unique_ptr<Backend> createMpiBackend(MPI_Comm comm, double timeoutS) {
+  return std::make_unique<MpiBackend>(comm, timeoutS);
+}
 
 }  // namespace hora

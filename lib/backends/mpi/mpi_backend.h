@@ -10,6 +10,6 @@
 
 namespace hora {
 
-std::unique_ptr<Backend> createMpiBackend(MPI_Comm comm);
+std::unique_ptr<Backend> createMpiBackend(MPI_Comm comm, double timeoutS);
 
 }  // namespace hora

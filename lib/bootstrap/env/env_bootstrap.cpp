@@ -24,12 +24,36 @@ namespace {
 // never meet the previous one's (every rank starts the same number of runtimes).
 std::atomic<uint64_t> gEpochs{0};
 
+// Presence through the store: each rank's latest word is the key `prefix`<rank>.
+class StorePresence final : public Presence {
+ public:
+  StorePresence(std::shared_ptr<TcpStoreClient> store, std::string prefix, int rank, int size)
+      : store_(std::move(store)), prefix_(std::move(prefix)), rank_(rank), size_(size) {}
+  void publish(const std::string &line) override { store_->set(key(rank_), line); }
+  std::vector<std::string> collect() override {
+    std::vector<std::string> latest(static_cast<size_t>(size_));
+    for (int r = 0; r < size_; ++r) {
+      if (r != rank_ && store_->check({key(r)})) latest[static_cast<size_t>(r)] = store_->get(key(r));
+    }
+    return latest;
+  }
+
+ private:
+  std::string key(int rank) const { return prefix_ + std::to_string(rank); }
+  std::shared_ptr<TcpStoreClient> store_;
+  std::string prefix_;
+  int rank_;
+  int size_;
+};
+
 // A group over the store: Gloo's TCP mesh, rendezvoused under `prefix`.
 std::unique_ptr<Group> createStoreGroup(std::shared_ptr<TcpStoreClient> store,
                                         const std::string &prefix, int rank, int size,
                                         const std::string &localAddress, double timeoutS) {
 #if HORA_HAVE_GLOO
-  return std::make_unique<GlooGroup>(std::move(store), prefix, rank, size, localAddress, timeoutS);
+  auto group = std::make_unique<GlooGroup>(store, prefix, rank, size, localAddress, timeoutS);
+  group->setPresence(std::make_unique<StorePresence>(std::move(store), prefix + "beat/", rank, size));
+  return group;
 #else
   (void)store, (void)prefix, (void)rank, (void)localAddress, (void)timeoutS;
   if (size == 1) return nullptr;

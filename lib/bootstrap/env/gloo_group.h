@@ -25,8 +25,11 @@ class GlooGroup final : public Group {
   ~GlooGroup() override;
 
   ControlPlane &control() override { return *plane_; }
-  void poison() override {}
+  void poison(int, const std::string &) override {}
   bool usesSockets() const override { return true; }
+  Presence *presence() override { return presence_.get(); }
+  // The side channel the bootstrap gives the group (words through the store).
+  void setPresence(std::unique_ptr<Presence> presence) { presence_ = std::move(presence); }
   const std::shared_ptr<gloo::Context> &context() const { return context_; }
   double timeoutS() const { return timeoutS_; }
 
@@ -35,6 +38,7 @@ class GlooGroup final : public Group {
   std::unique_ptr<ControlPlane> plane_;
   double timeoutS_;
   std::vector<std::string> peerAddresses_;  // by peer rank: its pair to this rank listens there
+  std::unique_ptr<Presence> presence_;
 };
 
 // Runs `body`, turning Gloo's exceptions into hora's: timeouts -> HORA_ERR_TIMEOUT, a closed or

@@ -1,0 +1,265 @@
+// SPDX-License-Identifier: Apache-2.0
+// StallWatch: a rank's state on the presence channel, and the report of who is missing.
+#include "core/stall_watch.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+#include "base/error.h"
+#include "base/logging.h"
+
+namespace hora {
+namespace {
+
+int64_t wallMsNow() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Names may hold anything; the wire form is tab-separated, one line.
+std::string clean(std::string_view text) {
+  std::string out(text);
+  std::replace(out.begin(), out.end(), '\t', ' ');
+  std::replace(out.begin(), out.end(), '\n', ' ');
+  return out;
+}
+
+std::string seconds(double s) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f s", s);
+  return text;
+}
+
+std::string doing(const StallWatch::State &s) {
+  switch (s.phase) {
+    case 'n': return "negotiating cycle " + std::to_string(s.cycle);
+    case 'r': return "running " + s.what + " #" + std::to_string(s.seq);
+    default: return "idle after cycle " + std::to_string(s.cycle);
+  }
+}
+
+std::string lastDone(const StallWatch::State &s) {
+  return "last completed " + (s.last.empty() ? std::string("nothing yet") : s.last);
+}
+
+}  // namespace
+
+StallWatch::StallWatch(int32_t set, int rank, int size, Presence *presence, double warnS,
+                       double timeoutS)
+    : set_(set), rank_(rank), size_(size), presence_(presence), warnS_(warnS),
+      tickS_(std::clamp(std::min(warnS > 0 ? warnS : timeoutS, timeoutS) / 4, 0.05, 1.0)) {
+  if (size_ > 1) thread_ = std::thread([this] { loop(); });
+}
+
+StallWatch::~StallWatch() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void StallWatch::negotiating(int64_t cycle) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  cycle_ = cycle;
+  phase_ = 'n';
+  since_ = Clock::now();
+}
+
+void StallWatch::running(const char *op, std::string_view name, int64_t seq) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  phase_ = 'r';
+  seq_ = seq;
+  what_.assign(op);
+  what_.append(" '").append(name).append("'");
+  since_ = Clock::now();
+}
+
+void StallWatch::completed(const char *op, std::string_view name, int64_t seq) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  last_.assign(op);
+  last_.append(" '").append(name).append("' #").append(std::to_string(seq));
+}
+
+void StallWatch::idle() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (phase_ == 'i') return;
+  phase_ = 'i';
+  since_ = Clock::now();
+}
+
+StallWatch::State StallWatch::snapshot() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  State s;
+  s.wallMs = wallMsNow();
+  s.cycle = cycle_;
+  s.phase = phase_;
+  s.seq = seq_;
+  s.forS = std::chrono::duration<double>(Clock::now() - since_).count();
+  s.what = what_;
+  s.last = last_;
+  return s;
+}
+
+std::string StallWatch::encode(const State &s) {
+  std::ostringstream out;
+  out << s.wallMs << '\t' << s.cycle << '\t' << s.phase << '\t' << s.seq << '\t' << s.forS << '\t'
+      << clean(s.what) << '\t' << clean(s.last);
+  return out.str();
+}
+
+bool StallWatch::decode(const std::string &line, State *s) {
+  std::vector<std::string> f;
+  std::string field;
+  std::istringstream in(line);
+  while (std::getline(in, field, '\t')) f.push_back(field);
+  if (!line.empty() && line.back() == '\t') f.emplace_back();
+  if (f.size() != 7 || f[2].size() != 1) return false;
+  char *end = nullptr;
+  s->wallMs = std::strtoll(f[0].c_str(), &end, 10);
+  s->cycle = std::strtoll(f[1].c_str(), &end, 10);
+  s->phase = f[2][0];
+  s->seq = std::strtoll(f[3].c_str(), &end, 10);
+  s->forS = std::strtod(f[4].c_str(), &end);
+  s->what = f[5];
+  s->last = f[6];
+  return true;
+}
+
+bool StallWatch::together(const State &peer, const State &mine) {
+  return peer.cycle == mine.cycle && peer.phase == mine.phase &&
+         (mine.phase != 'r' || peer.seq == mine.seq);
+}
+
+std::string StallWatch::describe(int rank, const State *peer, const State &mine, int64_t nowMs,
+                                 double silentS) {
+  const std::string who = "rank " + std::to_string(rank);
+  if (peer == nullptr) return who + " (never heard from: not started, stopped, hung or dead)";
+  const double age = std::max<int64_t>(0, nowMs - peer->wallMs) / 1000.0;
+  if (age > silentS) {
+    return who + " (silent for " + seconds(age) + ": stopped, hung or dead; last seen " +
+           doing(*peer) + ", " + lastDone(*peer) + ")";
+  }
+  std::string where = doing(*peer);
+  if (peer->phase == 'i') {
+    where += ": has not submitted what the others wait for";
+  } else if (peer->phase == 'n' && peer->cycle < mine.cycle) {
+    where += ", behind";
+  } else if (peer->phase == 'r') {
+    where += " for " + seconds(peer->forS);
+  }
+  return who + " (alive, " + where + "; " + lastDone(*peer) + ")";
+}
+
+std::string StallWatch::absentees(const State &mine, std::vector<std::string> *lines) {
+  const int64_t now = wallMsNow();
+  const double silentS = std::max(3 * tickS_, 1.0) + tickS_;
+  std::string out;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    State peer;
+    const bool known = r < static_cast<int>(lines->size()) && decode((*lines)[static_cast<size_t>(r)], &peer);
+    const bool silent = known && std::max<int64_t>(0, now - peer.wallMs) / 1000.0 > silentS;
+    if (known && !silent && together(peer, mine)) continue;
+    if (!out.empty()) out += "; ";
+    out += describe(r, known ? &peer : nullptr, mine, now, silentS);
+  }
+  return out;
+}
+
+std::string StallWatch::missing() {
+  if (presence_ == nullptr || size_ <= 1) return "";
+  const State mine = snapshot();
+  // The thread may be in a slow word to a store that is gone: then what it collected last.
+  std::unique_lock<std::mutex> lock(presenceMutex_, std::try_to_lock);
+  std::vector<std::string> lines;
+  bool fresh = false;
+  if (lock.owns_lock()) {
+    try {
+      lines = presence_->collect();
+      fresh = true;
+    } catch (const std::exception &) {
+    }
+  }
+  if (!fresh) {
+    std::lock_guard<std::mutex> state(mutex_);
+    lines = lastLines_;
+    if (lines.empty()) return "";
+  }
+  return absentees(mine, &lines);
+}
+
+void StallWatch::loop() {
+  pthread_setname_np(pthread_self(), "hora-watch");
+  std::unique_lock<std::mutex> lock(mutex_);
+  int64_t reportedCycle = -1, reportedSeq = -1;
+  char reportedPhase = 0;
+  Clock::time_point reportedAt;
+  bool presenceWorks = presence_ != nullptr;
+  bool first = true;
+  Clock::time_point woke = Clock::now();
+  for (;;) {
+    if (!first) wake_.wait_for(lock, std::chrono::duration<double>(tickS_));
+    if (stop_) return;
+    lock.unlock();
+    // A process that was stopped (SIGSTOP) or starved sees every wait as long when it runs
+    // again: say so instead of blaming the peers.
+    const double gap = std::chrono::duration<double>(Clock::now() - woke).count();
+    woke = Clock::now();
+    if (!first && gap > tickS_ + 1.0) {
+      HORA_LOG(kWarning) << "rank " << rank_ << " of process set " << set_ << " did not run for "
+                         << seconds(gap - tickS_) << " (stopped, e.g. SIGSTOP, or starved of CPU)";
+      reportedAt = Clock::now();
+      reportedCycle = -1;
+    }
+    first = false;
+    const State mine = snapshot();
+    const bool stuck = warnS_ > 0 && mine.phase != 'i' && mine.forS >= warnS_;
+    const bool waitedAgain =
+        std::chrono::duration<double>(Clock::now() - reportedAt).count() >= warnS_;
+    const bool again = reportedCycle == -1 ? waitedAgain
+                                           : mine.cycle != reportedCycle || mine.phase != reportedPhase ||
+                                                 mine.seq != reportedSeq || waitedAgain;
+    std::string who;
+    if (presenceWorks) {
+      std::lock_guard<std::mutex> guard(presenceMutex_);
+      try {
+        presence_->publish(encode(mine));
+        if (stuck && again) {
+          std::vector<std::string> lines = presence_->collect();
+          who = absentees(mine, &lines);
+          std::lock_guard<std::mutex> state(mutex_);
+          lastLines_ = std::move(lines);
+        }
+      } catch (const std::exception &e) {
+        presenceWorks = false;  // the channel is gone (the store with rank 0): stay quiet
+        HORA_LOG(kDebug) << "process set " << set_ << ": presence channel lost: " << e.what();
+      }
+    }
+    if (stuck && again) {
+      reportedCycle = mine.cycle;
+      reportedPhase = mine.phase;
+      reportedSeq = mine.seq;
+      reportedAt = Clock::now();
+      if (!presenceWorks) {
+        HORA_LOG(kWarning) << "stall: rank " << rank_ << " of process set " << set_ << " has waited "
+                           << seconds(mine.forS) << " " << doing(mine)
+                           << " (HORA_STALL_WARNING_S); this plane cannot tell which ranks are "
+                              "missing";
+      } else if (!who.empty()) {
+        HORA_LOG(kWarning) << "stall: rank " << rank_ << " of process set " << set_ << " has waited "
+                           << seconds(mine.forS) << " " << doing(mine)
+                           << " (HORA_STALL_WARNING_S); not taking part: " << who
+                           << "; this rank " << lastDone(mine);
+      }
+    }
+    lock.lock();
+  }
+}
+
+}  // namespace hora

@@ -1,0 +1,87 @@
+// SPDX-License-Identifier: Apache-2.0
+// A process set's watchdog: says, through the group's Presence, what this rank is doing, and when
+// this rank has waited in one negotiation or operation longer than HORA_STALL_WARNING_S, prints
+// which ranks have not taken part and the last operation each of them completed. The same words
+// name the missing ranks in a timeout's message (missing()).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "core/world.h"
+
+namespace hora {
+
+class StallWatch {
+ public:
+  // `presence` may be null (the group has no side channel): reports then say only how long this
+  // rank has waited. warnS = 0 turns the reports off; missing() still works.
+  StallWatch(int32_t set, int rank, int size, Presence *presence, double warnS, double timeoutS);
+  ~StallWatch();  // stops the thread
+  StallWatch(const StallWatch &) = delete;
+  StallWatch &operator=(const StallWatch &) = delete;
+
+  // Called by whichever thread runs the set's cycles. Cheap: an uncontended lock and a copy.
+  void negotiating(int64_t cycle);  // entering the cycle-th negotiation (the same on every rank)
+  void running(const char *op, std::string_view name, int64_t seq);  // the seq-th operation
+  void completed(const char *op, std::string_view name, int64_t seq);
+  void idle();  // between cycles
+
+  // For a timeout's message: "rank 1 (silent for 4.2 s: stopped, hung or dead; last completed
+  // allreduce 'grad' #20)", one entry per rank not where this one waits; empty if unknown.
+  std::string missing();
+
+  // The wire form of a rank's state (tab-separated), exposed for tests.
+  struct State {
+    int64_t wallMs = 0;  // when it was said, wall clock (ranks on other hosts: NTP's accuracy)
+    int64_t cycle = 0;
+    char phase = 'i';    // 'i' idle, 'n' negotiating, 'r' running an operation
+    int64_t seq = 0;     // the operation running ('r')
+    double forS = 0;     // how long in this phase
+    std::string what;    // the operation running, "allreduce 'grad'"
+    std::string last;    // the last operation completed, "allreduce 'grad' #20", or ""
+  };
+  static std::string encode(const State &s);
+  static bool decode(const std::string &line, State *s);
+  // One peer's entry for a report, as seen by a rank in `mine`, `now` (wall ms).
+  static std::string describe(int rank, const State *peer, const State &mine, int64_t nowMs,
+                              double silentS);
+  // Whether a peer's state is where this rank waits (so it is taking part).
+  static bool together(const State &peer, const State &mine);
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  void loop();
+  State snapshot();
+  // The ranks not where this one waits, each described; "" if every rank is. Needs presence_.
+  std::string absentees(const State &mine, std::vector<std::string> *lines);
+
+  const int32_t set_;
+  const int rank_;
+  const int size_;
+  Presence *const presence_;
+  const double warnS_;
+  const double tickS_;  // between two words on the presence channel
+
+  std::mutex mutex_;  // guards the state below and stop_
+  int64_t cycle_ = 0;
+  char phase_ = 'i';
+  int64_t seq_ = 0;
+  std::string what_;
+  std::string last_;
+  Clock::time_point since_ = Clock::now();
+  bool stop_ = false;
+  std::condition_variable wake_;
+
+  std::vector<std::string> lastLines_;  // what the thread collected last (under mutex_)
+  std::mutex presenceMutex_;  // one caller of presence_ at a time (the thread, or missing())
+  std::thread thread_;
+};
+
+}  // namespace hora
