@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "bootstrap/mpi/mpi_bootstrap.h"
+#include "core/kernels.h"
 
 namespace hora {
 namespace {
@@ -61,6 +62,10 @@ class MpiBackend final : public Backend {
     const MPI_Datatype type = mpiType(dtype);
     const MPI_Op mop = mpiOp(op);
     const size_t esize = dtypeSize(dtype);
+    if (size_ > 1 && count * static_cast<int64_t>(esize) >= kRingMinBytes) {
+      ringAllreduce(in, out, count, dtype, op);
+      return;
+    }
     for (int64_t off = 0; off < count; off += kMaxChunk) {
       const int n = static_cast<int>(std::min(kMaxChunk, count - off));
       char *o = static_cast<char *>(out) + off * static_cast<int64_t>(esize);
@@ -175,6 +180,52 @@ class MpiBackend final : public Backend {
   }
 
  private:
+  // Open MPI's non-blocking allreduce (libnbc) takes about twice as long as its blocking one for
+  // large buffers (2 ranks, 16 MiB: 10.3 ms against 4.5 ms), so from this size on hora runs its
+  // own ring over non-blocking point-to-point: a reduce-scatter, then an allgather, each segment
+  // reduced with hora's kernels. Every rank ends with the same bits (each segment is reduced
+  // once, on one rank, and copied to the others).
+  static constexpr int64_t kRingMinBytes = 16 * 1024;
+
+  void ringAllreduce(const void *in, void *out, int64_t count, DType dtype, ReduceOp op) {
+    const int64_t esize = static_cast<int64_t>(dtypeSize(dtype));
+    char *o = static_cast<char *>(out);
+    if (in != out) copyBytes(o, in, static_cast<size_t>(count * esize));
+    std::vector<int64_t> start(static_cast<size_t>(size_) + 1);
+    int64_t widest = 0;
+    for (int r = 0; r <= size_; ++r) start[static_cast<size_t>(r)] = count * r / size_;
+    for (int r = 0; r < size_; ++r) widest = std::max(widest, start[r + 1] - start[r]);
+    scratch_.resize(static_cast<size_t>(widest * esize));
+    auto at = [&](int seg) { return o + start[static_cast<size_t>(seg)] * esize; };
+    auto bytes = [&](int seg) { return (start[static_cast<size_t>(seg) + 1] - start[static_cast<size_t>(seg)]) * esize; };
+    const int n = size_;
+    // Reduce-scatter: in step s, pass segment rank-s on and fold segment rank-s-1 in; after n-1
+    // steps this rank holds segment rank+1 reduced over every rank.
+    for (int s = 0; s < n - 1; ++s) {
+      const int give = (rank_ - s + n) % n, take = (rank_ - s - 1 + 2 * n) % n;
+      exchange(at(give), bytes(give), scratch_.data(), bytes(take));
+      reduceInto(at(take), scratch_.data(), bytes(take) / esize, dtype, op);
+    }
+    // Allgather: pass the reduced segments round the ring, straight into place.
+    for (int s = 0; s < n - 1; ++s) {
+      const int give = (rank_ + 1 - s + n) % n, take = (rank_ - s + n) % n;
+      exchange(at(give), bytes(give), at(take), bytes(take));
+    }
+  }
+
+  // Sends to the next rank and receives from the previous one, in chunks MPI's int counts hold.
+  void exchange(const char *send, int64_t sendBytes, char *recv, int64_t recvBytes) {
+    const int right = (rank_ + 1) % size_, left = (rank_ - 1 + size_) % size_;
+    for (int64_t off = 0; off < std::max(sendBytes, recvBytes); off += kMaxChunk) {
+      const int s = static_cast<int>(std::max<int64_t>(0, std::min(kMaxChunk, sendBytes - off)));
+      const int r = static_cast<int>(std::max<int64_t>(0, std::min(kMaxChunk, recvBytes - off)));
+      MPI_Request reqs[2];
+      HORA_CHECK_MPI(MPI_Irecv(recv + std::min(off, recvBytes), r, MPI_BYTE, left, kRingTag, comm_, &reqs[0]));
+      HORA_CHECK_MPI(MPI_Isend(send + std::min(off, sendBytes), s, MPI_BYTE, right, kRingTag, comm_, &reqs[1]));
+      wait(reqs, 2, "allreduce");
+    }
+  }
+
   // Waits with the deadline; the plane is broken after a timeout (see waitMpi).
   void wait(MPI_Request *requests, int count, const char *op) {
     waitMpi(requests, count, timeoutS_, op, nullptr, MpiWait::kBusy);
@@ -193,8 +244,10 @@ class MpiBackend final : public Backend {
     return true;
   }
 
+  static constexpr int kRingTag = 1;  // the large-count alltoall's exchanges use tag 0
   MPI_Comm comm_;
   double timeoutS_;
+  std::vector<char> scratch_;  // the ring's incoming segment
   int rank_ = 0;
   int size_ = 1;
 };
