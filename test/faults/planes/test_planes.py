@@ -170,16 +170,24 @@ class Planes(unittest.TestCase):
         job = self.start(name, "stop", hold=HOLD_S)
         stall = job.wait_for(r"stall: rank 0 .*not taking part: .*rank %d \(" % VICTIM,
                              scaled(15) + TIMEOUT_S)
+        t_stall = time.monotonic() - job.started
         self.assertIsNotNone(stall, "no stall report named rank %d:\n%s" % (VICTIM, job.text()))
         error = job.wait_for(LINE + r"rank 0: step \d+: (timeout|peer lost): (.*)$", scaled(10) + TIMEOUT_S)
         self.assertIsNotNone(error, "rank 0 got no error:\n" + job.text())
         self.assertRegex(error.group(2), r"rank %d\b" % VICTIM, "the error does not name the rank")
+        t_error = time.monotonic() - job.started
         pid = job.pid(VICTIM)
         self.assertIsNotNone(pid)
         resumed = time.monotonic()
         os.kill(pid, signal.SIGCONT)
         late = job.wait_for(LINE + r"rank %d: step \d+: [a-z ]+: .+$" % VICTIM, scaled(HOLD_S + 6))
+        t_late = time.monotonic() - resumed
         self.assertTrue(job.wait_end(scaled(30)), "the job did not end:\n" + job.text())
+        sys.stderr.write("\n  %s, stop/resume: stall report at %.1f s, rank 0's error at %.1f s "
+                         "(from the job's start), resumed rank's error %s, job over %.1f s after "
+                         "the resume ... " % (name, t_stall, t_error,
+                                              "%.2f s after its resume" % t_late if late else "none",
+                                              time.monotonic() - resumed))
         self.check_no_wrong_data(job)
         if late is None:
             # the launcher may end the job before the resumed rank runs again (horarun does when
@@ -192,6 +200,7 @@ class Planes(unittest.TestCase):
         self.assertTrue(job.wait_end(scaled(20) + TIMEOUT_S), "the job did not end:\n" + job.text())
         took = time.monotonic() - job.started
         self.check_no_wrong_data(job)
+        sys.stderr.write("\n  %s, kill: job over %.1f s after its start ... " % (name, took))
         return job, took
 
 
