@@ -197,40 +197,33 @@ std::string StallWatch::missing() {
 void StallWatch::loop() {
   pthread_setname_np(pthread_self(), "hora-watch");
   std::unique_lock<std::mutex> lock(mutex_);
-  int64_t reportedCycle = -1, reportedSeq = -1;
-  char reportedPhase = 0;
-  Clock::time_point reportedAt;
+  // A report repeats every warnS_ while this rank stays stuck (in one wait or the next).
+  Clock::time_point reported{};
   bool presenceWorks = presence_ != nullptr;
-  bool first = true;
   Clock::time_point woke = Clock::now();
-  for (;;) {
+  for (bool first = true;; first = false) {
     if (!first) wake_.wait_for(lock, std::chrono::duration<double>(tickS_));
     if (stop_) return;
     lock.unlock();
     // A process that was stopped (SIGSTOP) or starved sees every wait as long when it runs
-    // again: say so instead of blaming the peers.
-    const double gap = std::chrono::duration<double>(Clock::now() - woke).count();
-    woke = Clock::now();
+    // again: say so instead of blaming the peers, and give them a warning interval.
+    const Clock::time_point now = Clock::now();
+    const double gap = std::chrono::duration<double>(now - woke).count();
+    woke = now;
     if (!first && gap > tickS_ + 1.0) {
       HORA_LOG(kWarning) << "rank " << rank_ << " of process set " << set_ << " did not run for "
                          << seconds(gap - tickS_) << " (stopped, e.g. SIGSTOP, or starved of CPU)";
-      reportedAt = Clock::now();
-      reportedCycle = -1;
+      reported = now;
     }
-    first = false;
     const State mine = snapshot();
-    const bool stuck = warnS_ > 0 && mine.phase != 'i' && mine.forS >= warnS_;
-    const bool waitedAgain =
-        std::chrono::duration<double>(Clock::now() - reportedAt).count() >= warnS_;
-    const bool again = reportedCycle == -1 ? waitedAgain
-                                           : mine.cycle != reportedCycle || mine.phase != reportedPhase ||
-                                                 mine.seq != reportedSeq || waitedAgain;
+    const bool due = warnS_ > 0 && mine.phase != 'i' && mine.forS >= warnS_ &&
+                     std::chrono::duration<double>(now - reported).count() >= warnS_;
     std::string who;
     if (presenceWorks) {
       std::lock_guard<std::mutex> guard(presenceMutex_);
       try {
         presence_->publish(encode(mine));
-        if (stuck && again) {
+        if (due) {
           std::vector<std::string> lines = presence_->collect();
           who = absentees(mine, &lines);
           std::lock_guard<std::mutex> state(mutex_);
@@ -241,21 +234,16 @@ void StallWatch::loop() {
         HORA_LOG(kDebug) << "process set " << set_ << ": presence channel lost: " << e.what();
       }
     }
-    if (stuck && again) {
-      reportedCycle = mine.cycle;
-      reportedPhase = mine.phase;
-      reportedSeq = mine.seq;
-      reportedAt = Clock::now();
+    if (due) {
+      reported = now;
+      const std::string waited = "stall: rank " + std::to_string(rank_) + " of process set " +
+                                 std::to_string(set_) + " has waited " + seconds(mine.forS) + " " +
+                                 doing(mine) + " (HORA_STALL_WARNING_S); ";
       if (!presenceWorks) {
-        HORA_LOG(kWarning) << "stall: rank " << rank_ << " of process set " << set_ << " has waited "
-                           << seconds(mine.forS) << " " << doing(mine)
-                           << " (HORA_STALL_WARNING_S); this plane cannot tell which ranks are "
-                              "missing";
-      } else if (!who.empty()) {
-        HORA_LOG(kWarning) << "stall: rank " << rank_ << " of process set " << set_ << " has waited "
-                           << seconds(mine.forS) << " " << doing(mine)
-                           << " (HORA_STALL_WARNING_S); not taking part: " << who
-                           << "; this rank " << lastDone(mine);
+        HORA_LOG(kWarning) << waited << "which ranks are missing is unknown (no presence channel: "
+                              "MPI below MPI_THREAD_MULTIPLE, or the store is gone)";
+      } else if (!who.empty()) {  // empty: every rank is in it (a long operation)
+        HORA_LOG(kWarning) << waited << "not taking part: " << who << "; this rank " << lastDone(mine);
       }
     }
     lock.lock();

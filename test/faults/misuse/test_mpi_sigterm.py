@@ -72,22 +72,31 @@ class MpirunEndsTheJob(unittest.TestCase):
             self.assertNotEqual(status, 0, out)
             for r in range(3):  # the job really ran to the victim's step
                 self.assertIn("rank %d: step %d" % (r, STEP), out)
-            files = {}
+            # Each survivor writes its file before it dies; its stderr line goes through mpirun's
+            # output forwarding, which mpirun may close first when it is ending the job (seen
+            # under load), so every line that arrived is checked, and at least one must.
+            names = sorted(os.listdir(d))
+            self.assertEqual(len(names), 2, (names, out))
+            files, spoke = {}, 0
             for r in (0, 2):
-                m = re.search(r"hora: rank %d received SIGTERM \(pid (\d+)\); under mpirun this "
-                              r"usually means another rank exited or died; flight recorder "
-                              r"written to (\S+)" % r, out)
-                self.assertIsNotNone(m, out)
-                self.assertEqual(len(re.findall(r"hora: rank %d received" % r, out)), 1, out)
-                path = m.group(2)
-                self.assertEqual(os.path.dirname(path), d)
+                [name] = [n for n in names if n.endswith(".%d.json" % r)]
+                path = os.path.join(d, name)
                 rec = read_flight(path)
                 files[r] = rec
-                self.assertEqual((rec["rank"], rec["size"], rec["pid"]), (r, 3, int(m.group(1))))
+                self.assertEqual((rec["rank"], rec["size"]), (r, 3))
                 self.assertTrue(rec["reason"].startswith("SIGTERM"), rec["reason"])
                 grads = [op for op in rec["ops"] if op["name"] == "grad"]
                 self.assertEqual(sum(op["state"] == "done" for op in grads), STEP, grads[-3:])
                 self.assertNotIn("failed", {op["state"] for op in grads})
+                m = re.search(r"hora: rank %d received SIGTERM \(pid (\d+)\); under mpirun this "
+                              r"usually means another rank exited or died; flight recorder "
+                              r"written to (\S+)" % r, out)
+                self.assertLessEqual(len(re.findall(r"hora: rank %d received" % r, out)), 1, out)
+                if m is not None:
+                    spoke += 1
+                    self.assertEqual(m.group(2), path)
+                    self.assertEqual(rec["pid"], int(m.group(1)))
+            self.assertGreaterEqual(spoke, 1, out)
             # one job id, from mpirun, in both files and both names
             self.assertEqual(files[0]["job"], files[2]["job"])
             self.assertTrue(files[0]["job"].startswith("ompi-"), files[0]["job"])

@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+#define _POSIX_C_SOURCE 200809L
 /* A training loop that checks every result, for the fault suite. Each step allreduces 4096
    floats, x[i] = rank + step + i % 7, and checks the sum on every element. At step STEP (default
    20) rank VICTIM (default 1) fails: HOW=kill SIGKILLs itself, HOW=stop SIGSTOPs itself (a hung
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 enum { kCount = 4096 };
@@ -20,6 +22,11 @@ enum { kCount = 4096 };
 static int env_int(const char *name, int fallback) {
   const char *v = getenv(name);
   return v != NULL && *v != '\0' ? atoi(v) : fallback;
+}
+
+static double env_double(const char *name) {
+  const char *v = getenv(name);
+  return v != NULL && *v != '\0' ? atof(v) : 0.0;
 }
 
 int main(void) {
@@ -30,7 +37,8 @@ int main(void) {
     return 1;
   }
   const int victim = env_int("VICTIM", 1), fail_step = env_int("STEP", 20);
-  const int steps = env_int("STEPS", 1000000), hold_s = env_int("HOLD_S", 0);
+  const int steps = env_int("STEPS", 1000000);
+  const double hold_s = env_double("HOLD_S");
   const char *how = getenv("HOW") != NULL ? getenv("HOW") : "none";
   const int rank = hora_rank(), size = hora_size();
   if (getenv("PID_DIR") != NULL) {
@@ -58,7 +66,10 @@ int main(void) {
       fprintf(stderr, "rank %d: step %d: %s: %s\n", rank, step, hora_status_string(s),
               hora_last_error());
       hora_request_free(req);
-      if (hold_s > 0) sleep((unsigned)hold_s);
+      if (hold_s > 0) {
+        struct timespec hold = {(time_t)hold_s, (long)((hold_s - (double)(time_t)hold_s) * 1e9)};
+        nanosleep(&hold, NULL);
+      }
       s = hora_shutdown();
       fprintf(stderr, "rank %d: shutdown -> %s\n", rank, hora_status_string(s));
       return 3;

@@ -25,9 +25,9 @@ GROUP, PROGRAM, MPIEXEC, HORARUN = (sys.argv[1:5] + [""] * 4)[:4]
 del sys.argv[1:5]
 RANKS = 3
 VICTIM = 1
-TIMEOUT_S = 2.0       # HORA_TIMEOUT_S
-WARNING_S = 0.5       # HORA_STALL_WARNING_S
-HOLD_S = 4            # survivors stay alive this long after their error
+TIMEOUT_S = 1.5       # HORA_TIMEOUT_S
+WARNING_S = 0.4       # HORA_STALL_WARNING_S
+HOLD_S = 2.5          # survivors stay alive this long after their error
 LINE = r"^(?:\[\d+\] )?"  # a line of a rank's, as horarun prefixes it or not
 # Open MPI as the other tests run it: shared memory between ranks of one host, no device probing.
 MPIRUN_FLAGS = ["--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
@@ -145,7 +145,8 @@ LAUNCHERS = {
             "mpirun, Gloo plane": ("mpirun", {"HORA_SHM": "off", "HORA_CPU_BACKEND": "gloo"}),
             "mpirun, shared memory": ("mpirun", {})},
     "env": {"horarun": ("horarun", {}),
-            "env:// by hand": ("env", {"HORA_SHM": "off"})},
+            "env:// by hand": ("env", {"HORA_SHM": "off"}),
+            "env:// by hand, shared memory": ("env", {})},
 }
 
 
@@ -210,6 +211,11 @@ def make_tests():
 
         def stop(self, name=name):
             job, _ = self.stop_and_resume(name)
+            if name.startswith("env://"):
+                for r in range(RANKS):
+                    if r != VICTIM:
+                        self.assertRegex(job.text(), LINE + r"rank %d: step \d+: (timeout|peer lost): " % r)
+                        self.assertRegex(job.text(), LINE + r"rank %d: shutdown -> success" % r)
             if name == "mpirun, MPI plane":
                 # the resumed rank hears why at once, from the rank that gave up
                 self.assertRegex(job.text(),
@@ -219,6 +225,11 @@ def make_tests():
             job, _ = self.killed(name)
             if not name.startswith("mpirun"):
                 self.assertRegex(job.text(), r"rank 0: step \d+: peer lost: .*rank %d" % VICTIM)
+            if name.startswith("env://"):  # nothing ends these jobs but hora: every survivor
+                for r in range(RANKS):     # gets the error and its hora_shutdown returns
+                    if r != VICTIM:
+                        self.assertRegex(job.text(), LINE + r"rank %d: step \d+: peer lost: " % r)
+                        self.assertRegex(job.text(), LINE + r"rank %d: shutdown -> success" % r)
 
         setattr(Planes, "test_stop_resume_" + slug, stop)
         setattr(Planes, "test_kill_" + slug, kill)
