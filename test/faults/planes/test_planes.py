@@ -214,8 +214,10 @@ def make_tests():
             if name.startswith("env://"):
                 for r in range(RANKS):
                     if r != VICTIM:
-                        self.assertRegex(job.text(), LINE + r"rank %d: step \d+: (timeout|peer lost): " % r)
-                        self.assertRegex(job.text(), LINE + r"rank %d: shutdown -> success" % r)
+                        self.assertRegex(job.text(), re.compile(
+                            LINE + r"rank %d: step \d+: (timeout|peer lost): " % r, re.M))
+                        self.assertRegex(job.text(), re.compile(
+                            LINE + r"rank %d: shutdown -> success" % r, re.M))
             if name == "mpirun, MPI plane":
                 # the resumed rank hears why at once, from the rank that gave up
                 self.assertRegex(job.text(),
@@ -228,8 +230,10 @@ def make_tests():
             if name.startswith("env://"):  # nothing ends these jobs but hora: every survivor
                 for r in range(RANKS):     # gets the error and its hora_shutdown returns
                     if r != VICTIM:
-                        self.assertRegex(job.text(), LINE + r"rank %d: step \d+: peer lost: " % r)
-                        self.assertRegex(job.text(), LINE + r"rank %d: shutdown -> success" % r)
+                        self.assertRegex(job.text(), re.compile(
+                            LINE + r"rank %d: step \d+: peer lost: " % r, re.M))
+                        self.assertRegex(job.text(), re.compile(
+                            LINE + r"rank %d: shutdown -> success" % r, re.M))
 
         setattr(Planes, "test_stop_resume_" + slug, stop)
         setattr(Planes, "test_kill_" + slug, kill)
