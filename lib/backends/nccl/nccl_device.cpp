@@ -3,13 +3,68 @@
 #include "backends/nccl/nccl_device.h"
 
 #include <cuda_runtime_api.h>
+#if __has_include(<cuda.h>)
+#include <cuda.h>  // the driver's types only: its calls are reached through the runtime
+#endif
 
+#include "backends/nccl/cuda_errors.h"
 #include "base/error.h"
 
 namespace hora::nccl_device {
+namespace {
+
+int lastError() { return static_cast<int>(cudaGetLastError()); }
+
+#if __has_include(<cuda.h>)
+using DriverContext = CUcontext;
+using DriverResult = CUresult;
+constexpr DriverResult kDriverSuccess = CUDA_SUCCESS;
+#else
+using DriverContext = struct CUctx_st *;
+using DriverResult = int;
+constexpr DriverResult kDriverSuccess = 0;
+#endif
+
+// The driver's cuCtxGetCurrent and cuCtxSetCurrent, found through the runtime so that hora does
+// not link libcuda itself; both null when the runtime cannot give them (CUDA before 12.5, or no
+// driver), and then recordEvent falls back to restoring a device.
+struct ContextCalls {
+  DriverResult (*getCurrent)(DriverContext *) = nullptr;
+  DriverResult (*setCurrent)(DriverContext) = nullptr;
+};
+
+const ContextCalls &contextCalls() {
+  static const ContextCalls calls = [] {
+    ContextCalls c;
+#if CUDART_VERSION >= 12050
+    void *get = nullptr;
+    void *set = nullptr;
+    cudaDriverEntryPointQueryResult getFound = cudaDriverEntryPointSymbolNotFound;
+    cudaDriverEntryPointQueryResult setFound = cudaDriverEntryPointSymbolNotFound;
+    // 4000: both calls as CUDA 4.0 introduced them (cudaTypedefs.h's PFN_cuCtx*Current_v4000).
+    if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &get, 4000, cudaEnableDefault, &getFound) ==
+            cudaSuccess &&
+        cudaGetDriverEntryPointByVersion("cuCtxSetCurrent", &set, 4000, cudaEnableDefault, &setFound) ==
+            cudaSuccess &&
+        getFound == cudaDriverEntryPointSuccess && setFound == cudaDriverEntryPointSuccess &&
+        get != nullptr && set != nullptr) {
+      c.getCurrent = reinterpret_cast<DriverResult (*)(DriverContext *)>(get);
+      c.setCurrent = reinterpret_cast<DriverResult (*)(DriverContext)>(set);
+    }
+    cudaGetLastError();  // no driver: not the next launch's failure
+#endif
+    return c;
+  }();
+  return calls;
+}
+
+}  // namespace
 
 void check(int err, const char *what) {
   if (err != cudaSuccess) {
+    // The error is reported here, so it leaves the thread's error slot, where the next launch's
+    // check would otherwise find it (a sticky error stays: CUDA keeps it).
+    cudaGetLastError();
     const auto e = static_cast<cudaError_t>(err);
     HORA_THROW(HORA_ERR_BACKEND, what, ": CUDA error ", cudaGetErrorName(e), " (",
                cudaGetErrorString(e), ")");
@@ -41,9 +96,10 @@ Buffer::Buffer(int device, size_t bytes) : device_(device), bytes_(bytes) {
 }
 
 // No cudaSetDevice: cudaFree does not need the device current, and the thread that drops the
-// last reference (a user's, for an output hora allocated) keeps its own.
-Buffer::~Buffer() {
-  if (data_ != nullptr) cudaFree(data_);
+// last reference (a user's, for an output hora allocated) keeps its own. A failure is only taken
+// out of the error slot: destructors never throw.
+Buffer::~Buffer() noexcept {
+  if (data_ != nullptr && cudaFree(data_) != cudaSuccess) cudaGetLastError();
 }
 
 void Buffer::upload(const void *host, size_t bytes, size_t offset) {
@@ -58,7 +114,7 @@ void Buffer::upload(const void *host, size_t bytes, size_t offset) {
 
 void Buffer::download(void *host, size_t bytes, size_t offset) const {
   HORA_ENFORCE(offset + bytes <= bytes_, "download of ", bytes, " bytes at ", offset, " from ", bytes_);
-  cudaSetDevice(device_);
+  setDevice(device_);
   check(cudaMemcpy(host, static_cast<const char *>(data_) + offset, bytes, cudaMemcpyDeviceToHost),
         "cudaMemcpy from the device");
 }
@@ -70,8 +126,10 @@ Stream::Stream(int device) : device_(device) {
   stream_ = s;
 }
 
-Stream::~Stream() {
-  if (stream_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+Stream::~Stream() noexcept {
+  if (stream_ != nullptr && cudaStreamDestroy(static_cast<cudaStream_t>(stream_)) != cudaSuccess) {
+    cudaGetLastError();
+  }
 }
 
 void Stream::waitFor(void *event) {
@@ -83,28 +141,48 @@ void Stream::synchronize() {
   check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "cudaStreamSynchronize");
 }
 
+// The caller's thread keeps its CUDA context exactly: the context current before (none, on a
+// thread that never used CUDA) is current again after. Restoring cudaGetDevice's answer instead
+// would be wrong there: with no context current it says 0, and setting device 0 creates a context
+// on GPU 0, hundreds of MB in every process whatever its own GPU. Without the driver's context
+// calls, the device cudaGetDevice names is restored as before.
 std::shared_ptr<void> recordEvent(int device, void *stream) {
+  const ContextCalls &ctx = contextCalls();
+  DriverContext saved = nullptr;
+  const bool restoreContext = ctx.getCurrent != nullptr && ctx.getCurrent(&saved) == kDriverSuccess;
   int previous = 0;
-  check(cudaGetDevice(&previous), "cudaGetDevice");
-  if (previous != device) setDevice(device);
+  check(cudaGetDevice(&previous), "cudaGetDevice");  // creates no context
+  // With no context current, using any device makes its context current: put "none" back.
+  const bool switched = previous != device || (restoreContext && saved == nullptr);
+  // Nothing throws until the thread's context is back.
   cudaEvent_t event = nullptr;
-  cudaError_t err = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
+  cudaError_t err = switched ? cudaSetDevice(device) : cudaSuccess;
+  if (err == cudaSuccess) err = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
   if (err == cudaSuccess) {
     err = cudaEventRecord(event, stream == nullptr ? cudaStreamLegacy : static_cast<cudaStream_t>(stream));
     if (err != cudaSuccess) cudaEventDestroy(event);
   }
-  // The caller's thread keeps its device; restored only when changed, since setting a device
-  // creates its context.
-  if (previous != device) cudaSetDevice(previous);
+  if (switched) {
+    const bool restored = restoreContext ? ctx.setCurrent(saved) == kDriverSuccess
+                                         : cudaSetDevice(previous) == cudaSuccess;
+    if (!restored) cudaGetLastError();
+  }
   check(err, "recording the caller's stream");
-  return std::shared_ptr<void>(event, [](void *e) { cudaEventDestroy(static_cast<cudaEvent_t>(e)); });
+  return std::shared_ptr<void>(event, [](void *e) {
+    if (cudaEventDestroy(static_cast<cudaEvent_t>(e)) != cudaSuccess) cudaGetLastError();
+  });
 }
 
+// cudaErrorNotReady is "not yet", not an error: it is taken out of the thread's error slot, or the
+// next kernel launch's cudaGetLastError would report it as the launch's failure.
 bool eventDone(void *event) {
-  const cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(event));
-  if (err == cudaErrorNotReady) return false;
+  int err = 0;
+  const auto query = [event] { return static_cast<int>(cudaEventQuery(static_cast<cudaEvent_t>(event))); };
+  if (cuda_errors::queryDone(query, lastError, cudaErrorNotReady, &err)) {
+    return true;
+  }
   check(err, "cudaEventQuery");
-  return true;
+  return false;
 }
 
 }  // namespace hora::nccl_device

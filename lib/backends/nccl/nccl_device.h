@@ -21,7 +21,7 @@ void setDevice(int device);
 class Buffer {
  public:
   Buffer(int device, size_t bytes);
-  ~Buffer();
+  ~Buffer() noexcept;
   Buffer(const Buffer &) = delete;
   Buffer &operator=(const Buffer &) = delete;
   void *data() const { return data_; }
@@ -40,7 +40,7 @@ class Buffer {
 class Stream {
  public:
   explicit Stream(int device);
-  ~Stream();
+  ~Stream() noexcept;
   Stream(const Stream &) = delete;
   Stream &operator=(const Stream &) = delete;
   void *handle() const { return stream_; }
@@ -55,13 +55,15 @@ class Stream {
 };
 
 // An event recorded on `stream` of `device` (nullptr: the legacy default stream), owned by the
-// returned pointer: the caller's work so far, which hora's stream waits for.
+// returned pointer: the caller's work so far, which hora's stream waits for. The calling thread's
+// CUDA context is the same afterwards (none stays none: no context is left on another GPU).
 std::shared_ptr<void> recordEvent(int device, void *stream);
-// Whether everything before the event has run (cudaEventQuery; never blocks). Throws for an error
-// the event reports.
+// Whether everything before the event has run (cudaEventQuery; never blocks). "Not yet" leaves
+// nothing in the thread's CUDA error slot. Throws for an error the event reports.
 bool eventDone(void *event);
 
-// Checks a cudaError_t (as int) from a launch: throws naming `what` when it is not success.
+// Checks a cudaError_t (as int) from a launch: throws naming `what` when it is not success, and
+// takes the error out of the thread's error slot (reported once).
 void check(int cudaError, const char *what);
 
 }  // namespace hora::nccl_device
