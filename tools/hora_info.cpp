@@ -9,7 +9,8 @@
 #include "base/knobs.h"
 #include "hora_config.h"
 #if HORA_HAVE_NCCL
-#include "backends/nccl/nccl_device.h"  // no CUDA headers: a facade
+#include "backends/nccl/nccl_device.h"  // no CUDA headers: facades
+#include "backends/nccl/nccl_kernels.h"
 #endif
 
 namespace {
@@ -95,9 +96,16 @@ int main(int argc, char **argv) {
               HORA_HAVE_MPI ? "yes" : "no", HORA_HAVE_GLOO ? "yes" : "no");
 #if HORA_HAVE_NCCL
   const int gpus = hora::nccl_device::deviceCount();
-  std::printf("  gpu backends: nccl yes (untested on a GPU so far); %d CUDA device%s visible%s%s\n\n",
+  std::printf("  gpu backends: nccl yes (untested on a GPU so far); %d CUDA device%s visible%s%s\n",
               gpus, gpus == 1 ? "" : "s", gpus == 0 ? ": " : "",
               gpus == 0 ? hora::nccl_device::whyNoDevice().c_str() : "");
+  std::printf("                kernels built for %s\n", hora::nccl_kernels::builtArchitectures());
+  for (int d = 0; d < gpus; ++d) {
+    const std::string why = hora::nccl_kernels::kernelsRunOn(d);
+    std::printf("                cuda:%d %s: %s%s\n", d, hora::nccl_kernels::deviceDescription(d).c_str(),
+                why.empty() ? "kernels run" : "kernels do not run: ", why.c_str());
+  }
+  std::printf("\n");
 #else
   std::printf("  gpu backends: nccl no (built without CUDA/NCCL/nvcc)\n\n");
 #endif

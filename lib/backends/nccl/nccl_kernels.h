@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "base/dtype.h"
@@ -16,16 +17,49 @@ struct CopyItem {
   int64_t bytes;
 };
 
+// `cancel`, in the calls below: a flag the device reads, nullptr for never cancelled. Each block
+// of a launch reads it once, as it starts (a volatile load), and writes nothing when it is nonzero.
+// The host sets it (before ncclCommAbort) so that the unpacking copies and scalings already queued
+// behind an aborted collective leave the caller's tensors as they were. It must be device-visible
+// host memory: cudaHostAlloc(cudaHostAllocMapped | cudaHostAllocPortable), the pointer from
+// cudaHostGetDevicePointer. A block that started before the host wrote it still writes.
+//
+// Each call returns the cudaError_t (as int) of its first launch that failed, 0 when all were
+// queued. An error some earlier call left in the calling thread's CUDA error slot is discarded
+// first, not reported as this call's.
+
 // Every item's bytes copied on `stream` in one kernel launch per kMaxItemsPerLaunch items (the
 // descriptors travel as the launch's arguments): packing a fused response of many small tensors
-// costs a launch or two, not a cudaMemcpyAsync per tensor. Items must not overlap. Returns the
-// cudaError_t of the last launch (0 = success).
+// costs a launch or two, not a cudaMemcpyAsync per tensor. Items must not overlap. Any alignment:
+// a copy moves the widest words (16, 8, 4, 2 bytes) that its source and destination can both be
+// aligned to, bytes only when their distance is odd.
 constexpr int kMaxItemsPerLaunch = 512;
-int batchedCopy(const std::vector<CopyItem> &items, void *stream);
+int batchedCopy(const std::vector<CopyItem> &items, const int *cancel, void *stream);
 
 // buf[i] *= factor for `count` elements of a floating dtype on `stream`: float64 in float64,
-// the others in float32 (float16 and bfloat16 rounded once to nearest even). Returns the
-// cudaError_t of the launch.
-int scale(void *buf, int64_t count, DType dtype, double factor, void *stream);
+// the others in float32 (float16 and bfloat16 rounded once to nearest even).
+int scale(void *buf, int64_t count, DType dtype, double factor, const int *cancel, void *stream);
+
+// The signatures before the cancel flag, until the backend passes one: never cancelled.
+inline int batchedCopy(const std::vector<CopyItem> &items, void *stream) {
+  return batchedCopy(items, nullptr, stream);
+}
+inline int scale(void *buf, int64_t count, DType dtype, double factor, void *stream) {
+  return scale(buf, count, dtype, factor, nullptr, stream);
+}
+
+// The GPU architectures this build holds kernel code for, as meson's gpu_archs option chose
+// them: "sm_75 sm_80 ... sm_121 + PTX compute_121" (SASS for each, PTX the driver can compile
+// for newer GPUs).
+const char *builtArchitectures();
+
+// "" when the kernels can run on CUDA device `device`, else why not ("cuda:0 is sm_70 (Tesla
+// V100); this build has code for ..."). Never throws; leaves the calling thread's current device
+// as it was and no error in its CUDA error slot.
+std::string kernelsRunOn(int device);
+
+// "NVIDIA H100 80GB HBM3, sm_90"; "unknown device (CUDA's reason)" when it cannot be asked.
+// Never throws; leaves no error in the calling thread's CUDA error slot.
+std::string deviceDescription(int device);
 
 }  // namespace hora::nccl_kernels
