@@ -19,9 +19,10 @@ class DefaultFabric final : public Fabric {
   }
 
   std::unique_ptr<DeviceExecutor> deviceExecutor(ControlPlane &control, int device,
-                                                 int localRank) override {
-    return createDeviceExecutor(control, device, localRank, knobs_);
+                                                 DeviceHooks hooks) override {
+    return createDeviceExecutor(control, device, std::move(hooks), knobs_);
   }
+  int defaultDevice(int localRank) override { return defaultCudaDevice(localRank); }
 
  private:
   const Knobs knobs_;

@@ -15,7 +15,7 @@
 #include "bootstrap/env/gloo_group.h"
 #endif
 #if HORA_HAVE_NCCL
-#include "backends/nccl/nccl_backend.h"
+#include "backends/nccl/nccl_executor.h"
 #endif
 #if HORA_HAVE_MPI
 #include "backends/mpi/mpi_backend.h"
@@ -93,11 +93,20 @@ std::unique_ptr<Backend> createCpuBackend(const Knobs &knobs, Bootstrap &bootstr
 }
 
 std::unique_ptr<DeviceExecutor> createDeviceExecutor(ControlPlane &control, int device,
-                                                     int localRank, const Knobs &knobs) {
+                                                     DeviceHooks hooks, const Knobs &knobs) {
 #if HORA_HAVE_NCCL
-  return createNcclExecutor(control, device, localRank, knobs.timeoutS);
+  return createNcclExecutor(gpu::cudaDeviceApi(), control, device, knobs.timeoutS, std::move(hooks));
 #else
-  (void)control, (void)device, (void)localRank, (void)knobs;
+  (void)control, (void)device, (void)hooks, (void)knobs;
+  HORA_THROW(HORA_ERR_UNSUPPORTED, "a CUDA tensor, but this build has no NCCL backend");
+#endif
+}
+
+int defaultCudaDevice(int localRank) {
+#if HORA_HAVE_NCCL
+  return defaultCudaDevice(gpu::cudaDeviceApi(), localRank);
+#else
+  (void)localRank;
   HORA_THROW(HORA_ERR_UNSUPPORTED, "a CUDA tensor, but this build has no NCCL backend");
 #endif
 }

@@ -16,11 +16,13 @@ namespace hora {
 // saying which backends were considered and why each could not serve.
 std::unique_ptr<Backend> createCpuBackend(const Knobs &knobs, Bootstrap &bootstrap, Group &group);
 
-// The executor for tensors on `device` (a CUDA ordinal; < 0: local rank modulo the GPUs) for
-// the set behind `control`: NCCL. Collective over the set. Throws Error(UNSUPPORTED) in a build
-// without NCCL.
+// The executor for tensors on `device` (a CUDA ordinal) for the set behind `control`: NCCL.
+// Collective over the set. Throws Error(UNSUPPORTED) in a build without NCCL.
 std::unique_ptr<DeviceExecutor> createDeviceExecutor(ControlPlane &control, int device,
-                                                     int localRank, const Knobs &knobs);
+                                                     DeviceHooks hooks, const Knobs &knobs);
+// The GPU of a rank none of whose tensors named one: local rank modulo the visible GPUs. Throws
+// Error(HORA_ERR_BACKEND) without a GPU, Error(UNSUPPORTED) in a build without NCCL.
+int defaultCudaDevice(int localRank);
 
 // A world of one: copies.
 std::unique_ptr<Backend> createSelfBackend();

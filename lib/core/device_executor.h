@@ -3,27 +3,55 @@
 // process set's first response on a device; like every response, that is collective over the set.
 #pragma once
 
+#include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "core/request.h"
 
 namespace hora {
 
-// Engine thread only. Each call orders its work after every request's readiness event (the
-// caller's stream at submission) and returns once the results are in place on the device, so a
-// completed request's output is visible to any stream. Throws Error on failure: HORA_ERR_BACKEND
-// with NCCL's or CUDA's words, HORA_ERR_TIMEOUT after HORA_TIMEOUT_S (the communicator is then
-// aborted, and so is every later call on it).
+// What the engine gives its device executor: how to wake the engine when device work finishes,
+// and how to learn that a peer is gone (so that a device op waiting for it fails at once rather
+// than at HORA_TIMEOUT_S).
+struct DeviceHooks {
+  std::function<void()> wake;              // any thread (a CUDA driver thread included); cheap
+  std::function<std::string()> lostPeer;   // engine thread: "" or which rank is gone and why
+};
+
+// Engine thread only. Each op is queued on the device after every request's readiness event
+// (the caller's stream at submission) and returns without waiting for the device: the engine
+// negotiates the next ops while the GPU works, and completes a request once poll() says its
+// ticket is done (the results are then in place, visible to any stream). Throws Error on failure:
+// HORA_ERR_BACKEND with NCCL's or CUDA's words, HORA_ERR_TIMEOUT after HORA_TIMEOUT_S,
+// HORA_ERR_PEER_LOST for a peer that is gone; the communicator is then aborted (nothing queued
+// writes a caller's tensor after that), and every later call fails.
 class DeviceExecutor {
  public:
   virtual ~DeviceExecutor() = default;
+  virtual int device() const = 0;  // the CUDA ordinal this rank's communicator runs on
   // `contributors`: ranks with data (the set's size minus joined ranks), AVERAGE's divisor.
   virtual void allreduce(const std::vector<Request *> &requests, const Response &response,
                          int contributors) = 0;
   virtual void broadcast(Request &request, const Response &response) = 0;
-  virtual void allgather(Request &request, const Response &response) = 0;
+  // A fused group: every request's collective in one NCCL group (one launch).
+  virtual void allgather(const std::vector<Request *> &requests,
+                         const std::vector<const Response *> &responses) = 0;
   virtual void alltoall(Request &request, const Response &response) = 0;
-  virtual void reducescatter(Request &request, const Response &response, int contributors) = 0;
+  virtual void reducescatter(const std::vector<Request *> &requests,
+                             const std::vector<const Response *> &responses, int contributors) = 0;
+
+  // The ticket of the last op queued (1, 2, ...; 0 before the first).
+  virtual uint64_t queued() const = 0;
+  // Every op with a ticket up to the returned one has finished. Never blocks; throws as above
+  // (an NCCL error, the oldest unfinished op older than HORA_TIMEOUT_S, a lost peer).
+  virtual uint64_t poll() = 0;
+  // Waits (without spinning) until everything queued has finished or `seconds` pass, polling;
+  // throws as poll() does, HORA_ERR_TIMEOUT at the end of the wait.
+  virtual void drain(double seconds) = 0;
+  // Aborts the communicator (nothing queued writes a caller's tensor afterwards); idempotent.
+  virtual void abort(const std::string &why) = 0;
 };
 
 }  // namespace hora

@@ -31,13 +31,9 @@ void gpuAllreduce(const OpRun &r) {
 }
 void gpuBroadcast(const OpRun &r) { r.device->broadcast(*r.requests.front(), *r.members.front()); }
 void gpuAlltoall(const OpRun &r) { r.device->alltoall(*r.requests.front(), *r.members.front()); }
-void gpuAllgather(const OpRun &r) {
-  for (size_t i = 0; i < r.requests.size(); ++i) r.device->allgather(*r.requests[i], *r.members[i]);
-}
+void gpuAllgather(const OpRun &r) { r.device->allgather(r.requests, r.members); }
 void gpuReducescatter(const OpRun &r) {
-  for (size_t i = 0; i < r.requests.size(); ++i) {
-    r.device->reducescatter(*r.requests[i], *r.members[i], r.contributors);
-  }
+  r.device->reducescatter(r.requests, r.members, r.contributors);
 }
 
 // Fields left out are false / null / kNone / kNever.

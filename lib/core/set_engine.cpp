@@ -158,8 +158,13 @@ void SetEngine::loop() {
   const bool bell = parts_.backend->peerBell() != nullptr;
   const std::chrono::microseconds kMaxBackoff{1000};
   std::chrono::microseconds idleBackoff{0};
+  // Device work in flight: its completion kicks the queue; the wait is bounded all the same, so
+  // that the executor's deadlines and peer checks run while nothing else happens.
+  const std::chrono::microseconds kDeviceCheck{10000};
   for (;;) {
-    queue_.waitForWork(busy_.load(), Clock::now() + idleBackoff, batchWindow);
+    const bool device = deviceBusy_.load();
+    queue_.waitForWork(busy_.load() || device,
+                       Clock::now() + (device && !busy_.load() ? kDeviceCheck : idleBackoff), batchWindow);
     std::lock_guard<std::mutex> lock(cycleMutex_);
     if (!running_) return;  // a caller's cycle stopped the set
     const Cycle done = runCycle(/*ownThread=*/true);
@@ -221,6 +226,11 @@ void SetEngine::fail(const Error &e) {
 
 SetEngine::Cycle SetEngine::cycle(bool ownThread) {
   bool agreed = false;
+  if (!deviceOps_.empty()) {
+    const size_t before = deviceOps_.size();
+    completeDeviceOps();
+    agreed = deviceOps_.size() != before;
+  }
   if (!handedOver_.empty()) {  // the set's thread, after a caller's cycle
     order_.clear();
     for (const auto &r : handedOver_) order_.push_back(r.get());
@@ -266,6 +276,7 @@ SetEngine::Cycle SetEngine::cycle(bool ownThread) {
     order_.push_back(r.get());
   }
   execute(order_);
+  if (!deviceOps_.empty()) completeDeviceOps();  // small ops may be done already
   watch_->idle();
   busy_ = !pending_.empty() || !handedOver_.empty();
   return agreed || !outcome.responses.empty() ? Cycle::kAgreed : Cycle::kNothing;
@@ -274,6 +285,7 @@ SetEngine::Cycle SetEngine::cycle(bool ownThread) {
 void SetEngine::execute(const std::vector<const Response *> &responses) {
   std::vector<RequestPtr> standIns;  // this rank has joined: it takes part without data
   for (const FusionGroup &group : planFusion(responses, knobs_.fusionThreshold)) {
+    standIns.clear();
     const Response &first = *responses[group.members.front()];
     std::vector<Request *> requests;
     std::vector<const Response *> members;
@@ -325,6 +337,22 @@ void SetEngine::execute(const std::vector<const Response *> &responses) {
     } else if (!first.agreed.device.isCpu()) {
       try {
         executeOnDevice(requests, members);
+        // Queued: completed by completeDeviceOps() once the device has run it.
+        DeviceOp op;
+        op.ticket = device_->queued();
+        op.op = first.agreed.op;
+        op.name = first.agreed.name;
+        op.lastSeq = seqs.back();
+        for (PendingMap::iterator it : owned) {
+          op.owned.push_back(std::move(it->second));
+          pending_.erase(it);
+        }
+        op.standIns = std::move(standIns);
+        op.requests = std::move(requests);
+        op.began = began;
+        deviceOps_.push_back(std::move(op));
+        deviceBusy_ = true;
+        continue;
       } catch (const Error &e) {
         if (blastRadius(e.status()) != BlastRadius::kThisOp) throw;
         status = e.toStatus();
@@ -343,7 +371,7 @@ void SetEngine::execute(const std::vector<const Response *> &responses) {
         status = e.toStatus();
       }
     }
-    if (traced) trace(requests, first, began);
+    if (traced) trace(requests, first.agreed.op, began);
     if (flight_ != nullptr) {
       const FlightRecorder::Clock::time_point now = FlightRecorder::Clock::now();
       for (Request *r : requests) flight_->finished(r->flightId, status.code, now);
@@ -357,10 +385,10 @@ void SetEngine::execute(const std::vector<const Response *> &responses) {
 
 // Each request's wait in the queue and in negotiation (until every rank had submitted it) on its
 // tensor's row, the operation on each row and on the engine's, with its size and bandwidth.
-void SetEngine::trace(const std::vector<Request *> &requests, const Response &first,
+void SetEngine::trace(const std::vector<Request *> &requests, OpType opType,
                       Timeline::Clock::time_point began) {
   const Timeline::Clock::time_point ended = Timeline::Clock::now();
-  const char *op = opSpec(first.agreed.op).timelineName;
+  const char *op = opSpec(opType).timelineName;
   int tensors = 0;
   int64_t bytes = 0;
   for (Request *r : requests) {
@@ -380,10 +408,19 @@ void SetEngine::executeOnDevice(const std::vector<Request *> &requests,
                                 const std::vector<const Response *> &members) {
   const Response &first = *members.front();
   if (!device_) {
-    // This rank's GPU: its tensors' (submit() keeps them on one); a rank that joined before its
-    // first CUDA op has none, and takes its local rank's.
-    device_ = parts_.fabric->deviceExecutor(parts_.group->control(), cudaDevice_.load(),
-                                            parts_.localRank);
+    // This rank's GPU: its tensors' (submit() keeps them on one). A rank that joined before its
+    // first CUDA op has none and takes its local rank's, recorded first: a later submission on
+    // another GPU is then refused by submit(), as for any rank, instead of running on this one.
+    int device = cudaDevice_.load();
+    if (device < 0) {
+      const int chosen = parts_.fabric->defaultDevice(parts_.localRank);
+      device = -1;
+      device = cudaDevice_.compare_exchange_strong(device, chosen) ? chosen : device;
+    }
+    DeviceHooks hooks;
+    hooks.wake = [this] { queue_.kick(); };
+    hooks.lostPeer = [this] { return watch_ != nullptr ? watch_->lostPeer() : std::string(); };
+    device_ = parts_.fabric->deviceExecutor(parts_.group->control(), device, std::move(hooks));
   }
   const OpSpec &spec = opSpec(first.agreed.op);
   if (spec.runDevice == nullptr) {
@@ -420,22 +457,73 @@ void SetEngine::finish(const std::vector<PendingMap::iterator> &owned, const Sta
   for (PendingMap::iterator it : owned) {
     finished_.push_back(std::move(it->second));
     pending_.erase(it);
-    finishedNames_.push_back(finished_.back()->name());
   }
+  complete(finished_, status);
+}
+
+void SetEngine::complete(std::vector<RequestPtr> &requests, const Status &status) {
+  finishedNames_.clear();
+  for (const RequestPtr &r : requests) finishedNames_.push_back(r->name());
   queue_.release(finishedNames_);  // one lock for the group, before any caller wakes
   // Settled first, then woken: a caller woken by the first finds the rest settled and does not
   // sleep again while the engine is still completing them.
-  for (RequestPtr &r : finished_) {
+  for (RequestPtr &r : requests) {
     if (!r->settle(status)) r.reset();
   }
-  for (const RequestPtr &r : finished_) {
+  for (const RequestPtr &r : requests) {
     if (r) r->wake();
   }
-  finished_.clear();
+  requests.clear();
+}
+
+void SetEngine::completeDeviceOps() {
+  const uint64_t done = device_->poll();
+  while (!deviceOps_.empty() && deviceOps_.front().ticket <= done) {
+    finishDeviceOp(deviceOps_.front(), Status::success());
+    deviceOps_.pop_front();
+  }
+  deviceBusy_ = !deviceOps_.empty();
+}
+
+void SetEngine::finishDeviceOp(DeviceOp &op, const Status &status) {
+  if (timeline_ != nullptr && timeline_->active() && op.began.time_since_epoch().count() != 0) {
+    trace(op.requests, op.op, op.began);
+  }
+  if (flight_ != nullptr) {
+    const FlightRecorder::Clock::time_point now = FlightRecorder::Clock::now();
+    for (Request *r : op.requests) flight_->finished(r->flightId, status.code, now);
+  }
+  Status mine = status;
+  if (!status.ok()) {
+    mine.message = std::string(opSpec(op.op).name) + " '" + op.name + "': " + status.message;
+  }
+  complete(op.owned, mine);
+  if (status.ok()) watch_->completed(opSpec(op.op).name, op.name, op.lastSeq);
+}
+
+void SetEngine::settleDeviceOps(const Status &why) {
+  if (deviceOps_.empty()) return;
+  if (why.code == HORA_ERR_SHUT_DOWN) {
+    try {
+      device_->drain(knobs_.timeoutS);
+    } catch (const Error &e) {
+      HORA_LOG(kWarning) << "process set " << id_ << ": device work at shutdown: " << e.message();
+    }
+  }
+  uint64_t done = 0;
+  try {
+    done = device_->poll();
+  } catch (const Error &) {  // aborted already: nothing more finishes
+  }
+  if (done < device_->queued()) device_->abort(why.message);
+  for (DeviceOp &op : deviceOps_) finishDeviceOp(op, op.ticket <= done ? Status::success() : why);
+  deviceOps_.clear();
+  deviceBusy_ = false;
 }
 
 void SetEngine::stop(const Status &why) {
   running_ = false;
+  settleDeviceOps(why);
   if (id_ == 0 && handler_ != nullptr) handler_->worldStopped();
   std::vector<RequestPtr> all = queue_.close(why);
   for (auto &kv : pending_) all.push_back(std::move(kv.second));

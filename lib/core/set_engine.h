@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <deque>
 #include <functional>
 #include <future>
 #include <memory>
@@ -99,11 +100,13 @@ class SetEngine {
   Cycle cycle(bool ownThread);
   void fail(const Error &e);
   void execute(const std::vector<const Response *> &responses);
-  void trace(const std::vector<Request *> &requests, const Response &first,
+  void trace(const std::vector<Request *> &requests, OpType op,
              Timeline::Clock::time_point began);
   // Completes these pending requests (a fused group's, found by execute()) with `status`, and
   // drops them from pending_: the other entries' iterators stay valid.
   void finish(const std::vector<PendingMap::iterator> &owned, const Status &status);
+  // Releases the names of these requests (out of pending_ already), settles and wakes them.
+  void complete(std::vector<RequestPtr> &requests, const Status &status);
   void stop(const Status &why);
   // Ranks with data in `response`: the set's size minus the ranks that joined.
   int contributors(const Response &response) const {
@@ -148,6 +151,26 @@ class SetEngine {
   std::atomic<int> cudaDevice_{-1};  // the GPU of this rank's first CUDA submission in the set
   void executeOnDevice(const std::vector<Request *> &requests,
                        const std::vector<const Response *> &members);
+  // Device ops queued and not yet finished, oldest first: the engine goes on negotiating while
+  // the GPU works, and completes them when the executor's poll() says their ticket is done.
+  struct DeviceOp {
+    uint64_t ticket = 0;
+    OpType op = OpType::kAllreduce;
+    std::string name;  // the first response's, for the watch
+    int64_t lastSeq = 0;
+    std::vector<RequestPtr> owned;     // this rank's requests (out of pending_, names held)
+    std::vector<RequestPtr> standIns;  // a joined rank's stand-ins
+    std::vector<Request *> requests;   // both, in the group's order
+    Timeline::Clock::time_point began{};
+  };
+  std::deque<DeviceOp> deviceOps_;
+  std::atomic<bool> deviceBusy_{false};  // !deviceOps_.empty(), for the loop between cycles
+  // Completes the device ops whose work finished; throws what poll() throws.
+  void completeDeviceOps();
+  void finishDeviceOp(DeviceOp &op, const Status &status);
+  // At stop: an orderly stop waits for the queued device work (bounded); otherwise, or if that
+  // fails, the executor is aborted. Every device op is then completed, with `why` unless done.
+  void settleDeviceOps(const Status &why);
   PendingMap pending_;
   std::vector<RequestPtr> fresh_;  // a cycle's new requests, from the queue
   std::vector<const Response *> order_;  // a cycle's responses, in order

@@ -3,6 +3,7 @@
 #include "core/stall_watch.h"
 
 #include <pthread.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -11,6 +12,7 @@
 
 #include "base/error.h"
 #include "base/logging.h"
+#include "base/process.h"
 
 namespace hora {
 namespace {
@@ -51,7 +53,8 @@ std::string lastDone(const StallWatch::State &s) {
 StallWatch::StallWatch(int32_t set, int rank, int size, Presence *presence, double warnS,
                        double timeoutS)
     : set_(set), rank_(rank), size_(size), presence_(presence), warnS_(warnS),
-      tickS_(std::clamp(std::min(warnS > 0 ? warnS : timeoutS, timeoutS) / 4, 0.05, 1.0)) {
+      tickS_(std::clamp(std::min(warnS > 0 ? warnS : timeoutS, timeoutS) / 4, 0.05, 1.0)),
+      host_(hostName()) {
   if (size_ > 1) thread_ = std::thread([this] { loop(); });
 }
 
@@ -103,13 +106,15 @@ StallWatch::State StallWatch::snapshot() {
   s.forS = std::chrono::duration<double>(Clock::now() - since_).count();
   s.what = what_;
   s.last = last_;
+  s.pid = static_cast<long>(getpid());
+  s.host = host_;
   return s;
 }
 
 std::string StallWatch::encode(const State &s) {
   std::ostringstream out;
   out << s.wallMs << '\t' << s.cycle << '\t' << s.phase << '\t' << s.seq << '\t' << s.forS << '\t'
-      << clean(s.what) << '\t' << clean(s.last);
+      << clean(s.what) << '\t' << clean(s.last) << '\t' << s.pid << '\t' << clean(s.host);
   return out.str();
 }
 
@@ -119,7 +124,7 @@ bool StallWatch::decode(const std::string &line, State *s) {
   std::istringstream in(line);
   while (std::getline(in, field, '\t')) f.push_back(field);
   if (!line.empty() && line.back() == '\t') f.emplace_back();
-  if (f.size() != 7 || f[2].size() != 1) return false;
+  if ((f.size() != 7 && f.size() != 9) || f[2].size() != 1) return false;
   char *end = nullptr;
   s->wallMs = std::strtoll(f[0].c_str(), &end, 10);
   s->cycle = std::strtoll(f[1].c_str(), &end, 10);
@@ -128,6 +133,10 @@ bool StallWatch::decode(const std::string &line, State *s) {
   s->forS = std::strtod(f[4].c_str(), &end);
   s->what = f[5];
   s->last = f[6];
+  if (f.size() == 9) {
+    s->pid = std::strtol(f[7].c_str(), &end, 10);
+    s->host = f[8];
+  }
   return true;
 }
 
@@ -192,6 +201,29 @@ std::string StallWatch::missing() {
     if (lines.empty()) return "";
   }
   return absentees(mine, &lines);
+}
+
+std::string StallWatch::lostPeer() {
+  if (presence_ == nullptr || size_ <= 1) return "";
+  std::vector<std::string> lines;
+  {
+    std::unique_lock<std::mutex> lock(presenceMutex_, std::try_to_lock);
+    if (!lock.owns_lock()) return "";  // the watch thread is talking: next time
+    try {
+      lines = presence_->collect();
+    } catch (const std::exception &) {
+      return "";
+    }
+  }
+  for (int r = 0; r < size_ && r < static_cast<int>(lines.size()); ++r) {
+    State peer;
+    if (r == rank_ || !decode(lines[static_cast<size_t>(r)], &peer)) continue;
+    if (peer.pid > 0 && !peer.host.empty() && peer.host == host_ && processGone(peer.pid)) {
+      return "rank " + std::to_string(r) + " (pid " + std::to_string(peer.pid) +
+             " on this host) exited";
+    }
+  }
+  return "";
 }
 
 void StallWatch::loop() {

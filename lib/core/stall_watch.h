@@ -36,6 +36,10 @@ class StallWatch {
   // For a timeout's message: "rank 1 (silent for 4.2 s: stopped, hung or dead; last completed
   // allreduce 'grad' #20)", one entry per rank not where this one waits; empty if unknown.
   std::string missing();
+  // For a wait the presence channel cannot end by itself (a device op: NCCL's kernels wait for a
+  // peer on the GPU): "rank 1 (pid 4242 on this host) exited" for a peer on this host whose
+  // process is gone, else "". Any thread; collects the peers' words (the channel's cost).
+  std::string lostPeer();
 
   // The wire form of a rank's state (tab-separated), exposed for tests.
   struct State {
@@ -46,6 +50,8 @@ class StallWatch {
     double forS = 0;     // how long in this phase
     std::string what;    // the operation running, "allreduce 'grad'"
     std::string last;    // the last operation completed, "allreduce 'grad' #20", or ""
+    long pid = 0;        // the rank's process and host (older peers: 0 and "")
+    std::string host;
   };
   static std::string encode(const State &s);
   static bool decode(const std::string &line, State *s);
@@ -80,6 +86,7 @@ class StallWatch {
   std::condition_variable wake_;
 
   std::vector<std::string> lastLines_;  // what the thread collected last (under mutex_)
+  std::string host_;  // this host's name, as peers compare it
   std::mutex presenceMutex_;  // one caller of presence_ at a time (the thread, or missing())
   std::thread thread_;
 };

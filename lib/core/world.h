@@ -80,10 +80,12 @@ class Fabric {
   // The CPU data plane for `group` (the world or a process set), made on the set's thread.
   // Collective over the group.
   virtual std::unique_ptr<Backend> cpuBackend(Bootstrap &world, Group &group) = 0;
-  // The executor for tensors on a GPU for the set behind `control`: `device` is a CUDA ordinal
-  // (< 0: local rank modulo the GPUs). Collective over the set.
+  // The executor for tensors on a GPU for the set behind `control`: `device` is a CUDA ordinal.
+  // Collective over the set.
   virtual std::unique_ptr<DeviceExecutor> deviceExecutor(ControlPlane &control, int device,
-                                                         int localRank) = 0;
+                                                         DeviceHooks hooks) = 0;
+  // The GPU of a rank none of whose tensors named one (it joined before its first CUDA op).
+  virtual int defaultDevice(int localRank) = 0;
 };
 
 }  // namespace hora

@@ -178,6 +178,10 @@ class CudaDeviceApi final : public DeviceApi {
 
   void release(void *data, StreamHandle stream) noexcept override {
     if (data == nullptr) return;
+    if (stream == nullptr) {  // no stream (an output outliving its executor): cudaFree synchronises
+      quietly(cudaFree(data), "cudaFree");
+      return;
+    }
     bool usePool = true;
     try {
       usePool = pooled(streamDevice(stream));

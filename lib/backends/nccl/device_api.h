@@ -68,6 +68,7 @@ class DeviceApi {
   // the device, so an engine thread may make them while another communicator's kernels wait
   // for their peers. The memory may be used by work queued on `stream` after the call.
   virtual void *allocate(size_t bytes, StreamHandle stream) = 0;
+  // stream == nullptr: a synchronous free (cudaFree), from any thread on any current device.
   virtual void release(void *data, StreamHandle stream) noexcept = 0;
   virtual void copy(void *dst, const void *src, size_t bytes, StreamHandle stream) = 0;
   virtual void zero(void *data, size_t bytes, StreamHandle stream) = 0;

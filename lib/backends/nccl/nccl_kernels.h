@@ -40,14 +40,6 @@ int batchedCopy(const std::vector<CopyItem> &items, const int *cancel, void *str
 // the others in float32 (float16 and bfloat16 rounded once to nearest even).
 int scale(void *buf, int64_t count, DType dtype, double factor, const int *cancel, void *stream);
 
-// The signatures before the cancel flag, until the backend passes one: never cancelled.
-inline int batchedCopy(const std::vector<CopyItem> &items, void *stream) {
-  return batchedCopy(items, nullptr, stream);
-}
-inline int scale(void *buf, int64_t count, DType dtype, double factor, void *stream) {
-  return scale(buf, count, dtype, factor, nullptr, stream);
-}
-
 // The GPU architectures this build holds kernel code for, as meson's gpu_archs option chose
 // them: "sm_75 sm_80 ... sm_121 + PTX compute_121" (SASS for each, PTX the driver can compile
 // for newer GPUs).

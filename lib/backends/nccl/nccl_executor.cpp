@@ -1,0 +1,928 @@
+// SPDX-License-Identifier: Apache-2.0
+// NCCL behind DeviceExecutor, on gpu::DeviceApi only: a non-blocking communicator with
+// deadlines, hora's own stream, completion by event (the engine never waits for the device),
+// stream-ordered device memory, and every collective of the C API.
+#include "backends/nccl/nccl_executor.h"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "backends/nccl/nccl_plan.h"
+#include "base/error.h"
+#include "base/logging.h"
+
+namespace hora {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace nccl_plan;
+using gpu::kNcclInProgress;
+using gpu::kNcclSuccess;
+
+// NCCL's threads (proxy, bootstrap, the non-blocking init's) are created by the thread that makes
+// the communicator or first uses it, and inherit its CPU affinity: an engine thread bound to one
+// CPU (HORA_THREAD_AFFINITY) would put them all on that CPU. While this guard lives the calling
+// thread has the process's affinity (its main thread's).
+class WideAffinity {
+ public:
+  explicit WideAffinity(bool wanted = true) {
+    if (!wanted) return;
+    cpu_set_t process;
+    CPU_ZERO(&process);
+    if (sched_getaffinity(0, sizeof saved_, &saved_) != 0) return;
+    if (sched_getaffinity(getpid(), sizeof process, &process) != 0) return;
+    if (CPU_EQUAL(&process, &saved_)) return;
+    widened_ = sched_setaffinity(0, sizeof process, &process) == 0;
+  }
+  ~WideAffinity() {
+    if (widened_) sched_setaffinity(0, sizeof saved_, &saved_);
+  }
+  WideAffinity(const WideAffinity &) = delete;
+  WideAffinity &operator=(const WideAffinity &) = delete;
+
+ private:
+  cpu_set_t saved_{};
+  bool widened_ = false;
+};
+
+// How many of hora's communicators this process has on each GPU. NCCL's kernels wait on the GPU
+// for their peers; two communicators' kernels that cannot both be resident can wait for each
+// other across ranks. The first communicator on a GPU runs with NCCL's own CTA count; each later
+// one is capped (kSharedCtaShare of the SMs), so that several fit beside the first.
+constexpr int kSharedCtaShare = 8;
+std::mutex gShareMutex;
+std::map<int, int> gCommsPerDevice;
+
+// This process's claim on one GPU, for its communicator's life.
+class DeviceShare {
+ public:
+  explicit DeviceShare(int device) : device_(device) {
+    std::lock_guard<std::mutex> lock(gShareMutex);
+    before_ = gCommsPerDevice[device]++;
+  }
+  ~DeviceShare() {
+    std::lock_guard<std::mutex> lock(gShareMutex);
+    if (--gCommsPerDevice[device_] <= 0) gCommsPerDevice.erase(device_);
+  }
+  DeviceShare(const DeviceShare &) = delete;
+  DeviceShare &operator=(const DeviceShare &) = delete;
+  int before() const { return before_; }  // communicators this process had on it already
+
+ private:
+  int device_;
+  int before_ = 0;
+};
+
+// A communicator whose every call has a deadline: non-blocking mode, polled; on an error or the
+// deadline it is aborted, which is what keeps a dead peer from hanging the engine forever.
+class Comm {
+ public:
+  Comm(gpu::DeviceApi &api, int device, int rank, int size, double timeoutS, const int *cancelHost)
+      : api_(api), device_(device), rank_(rank), size_(size), timeoutS_(timeoutS),
+        cancel_(const_cast<int *>(cancelHost)) {}
+
+  // Joins the communicator of `uniqueId` (collective); maxCTAs 0: NCCL's choice.
+  void init(const std::string &uniqueId, int maxCTAs) {
+    WideAffinity wide;
+    const int r = api_.commInit(&comm_, uniqueId, size_, rank_, maxCTAs);
+    if (r != kNcclSuccess && r != kNcclInProgress) {
+      const std::string last = lastError();
+      if (comm_ != nullptr) api_.commAbort(comm_);
+      comm_ = nullptr;
+      broken_ = true;
+      HORA_THROW(HORA_ERR_BACKEND, "creating the NCCL communicator: NCCL error ",
+                 api_.ncclErrorString(r), last, where());
+    }
+    settle("creating the NCCL communicator", Clock::now() + deadline());
+  }
+
+  // Orderly when it can be: finalize (flushes outstanding work, collective with the peers, who
+  // destroy theirs at the same response), then destroy; bounded (10 s at most), so that a peer
+  // that is gone delays it only that long. Never throws.
+  ~Comm() {
+    if (comm_ == nullptr) return;
+    const int r = broken_ ? -1 : api_.commFinalize(comm_);
+    if (r == kNcclSuccess || r == kNcclInProgress) {
+      const auto end = Clock::now() + std::min<std::chrono::nanoseconds>(deadline(), std::chrono::seconds(10));
+      int state = kNcclInProgress;
+      while (api_.commAsyncError(comm_, &state) == kNcclSuccess && state == kNcclInProgress &&
+             Clock::now() < end) {
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+      if (state == kNcclSuccess) {
+        api_.commDestroy(comm_);
+        return;
+      }
+    }
+    api_.commAbort(comm_);
+  }
+  Comm(const Comm &) = delete;
+  Comm &operator=(const Comm &) = delete;
+
+  gpu::CommHandle get() const { return comm_; }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int device() const { return device_; }
+  double timeoutS() const { return timeoutS_; }
+  std::chrono::nanoseconds deadline() const {
+    return std::chrono::nanoseconds(static_cast<int64_t>(timeoutS_ * 1e9));
+  }
+  bool broken() const { return broken_; }
+
+  void usable() const {
+    if (broken_) {
+      HORA_THROW(HORA_ERR_BACKEND, "the NCCL communicator on cuda:", device_,
+                 " was aborted after an earlier failure: ", brokenWhy_);
+    }
+  }
+
+  // A call on the communicator: in non-blocking mode it may return ncclInProgress, and then the
+  // communicator must settle before the next call.
+  void call(int r, const char *what) {
+    if (r == kNcclInProgress) {
+      settle(what, Clock::now() + deadline());
+    } else if (r != kNcclSuccess) {
+      fail(HORA_ERR_BACKEND, detail::concat(what, ": NCCL error ", api_.ncclErrorString(r), lastError()));
+    }
+  }
+
+  // The communicator's asynchronous state: kNcclSuccess, kNcclInProgress or an error.
+  int state() {
+    int state = kNcclSuccess;
+    const int r = api_.commAsyncError(comm_, &state);
+    return r != kNcclSuccess ? r : state;
+  }
+
+  // Polls until the communicator is no longer in progress; an error or the deadline aborts it.
+  // (Creation and group calls only: queued work completes by event, not here.)
+  void settle(const char *what, Clock::time_point end) {
+    auto nap = std::chrono::microseconds(1);
+    for (;;) {
+      const int s = state();
+      if (s == kNcclSuccess) return;
+      if (s != kNcclInProgress) {
+        fail(HORA_ERR_BACKEND, detail::concat(what, ": NCCL error ", api_.ncclErrorString(s), lastError()));
+      }
+      if (Clock::now() > end) {
+        fail(HORA_ERR_TIMEOUT, detail::concat(what, ": not done after ", timeoutS_,
+                                              " s (HORA_TIMEOUT_S); a peer may be gone or stuck"));
+      }
+      std::this_thread::sleep_for(nap);
+      nap = std::min(nap * 2, std::chrono::microseconds(1000));
+    }
+  }
+
+  // Aborts the communicator and throws.
+  [[noreturn]] void fail(hora_status_t status, const std::string &why) {
+    abort(why);
+    HORA_THROW(status, why, where());
+  }
+  // The cancel flag first: kernels queued behind the aborted NCCL kernel (unpacking, scaling)
+  // then write nothing into tensors whose requests fail. Then the abort, so that no call on it
+  // waits any longer, here or on the peers, and no kernel of it keeps running.
+  void abort(const std::string &why) {
+    if (broken_) return;
+    broken_ = true;
+    brokenWhy_ = why;
+    if (cancel_ != nullptr) *static_cast<volatile int *>(cancel_) = 1;
+    if (comm_ != nullptr) api_.commAbort(comm_);
+    comm_ = nullptr;
+  }
+
+  std::string where() const {
+    return detail::concat(" (rank ", rank_, " of ", size_, ", cuda:", device_, ")");
+  }
+
+ private:
+  std::string lastError() const {
+    const std::string last = comm_ != nullptr ? api_.commLastError(comm_) : std::string();
+    return last.empty() ? std::string() : detail::concat(" (", last, ")");
+  }
+
+  gpu::DeviceApi &api_;
+  gpu::CommHandle comm_ = nullptr;
+  int device_;
+  int rank_;
+  int size_;
+  double timeoutS_;
+  int *cancel_;
+  bool broken_ = false;
+  std::string brokenWhy_;
+};
+
+// A premultiplied-sum operator for one call, destroyed once the call is queued.
+class PreMulSum {
+ public:
+  PreMulSum(gpu::DeviceApi &api, Comm &comm, DType dtype, double factor) : api_(api), comm_(comm) {
+    comm_.call(api_.createPreMulSum(&op_, dtype, factor, comm_.get()), "ncclRedOpCreatePreMulSum");
+    created_ = true;
+  }
+  ~PreMulSum() {
+    if (created_ && comm_.get() != nullptr) api_.destroyRedOp(op_, comm_.get());
+  }
+  gpu::RedOp get() const { return op_; }
+
+ private:
+  gpu::DeviceApi &api_;
+  Comm &comm_;
+  gpu::RedOp op_ = 0;
+  bool created_ = false;
+};
+
+// ncclGroupStart .. ncclGroupEnd that is always closed: a failure inside is reported (and the
+// communicator aborted) only once the group is closed, because an abort inside an open group
+// never completes its cleanup.
+class GroupCalls {
+ public:
+  GroupCalls(gpu::DeviceApi &api, Comm &comm) : api_(api), comm_(comm) {
+    open_ = api_.groupStart() == kNcclSuccess;
+  }
+  ~GroupCalls() {
+    if (open_) api_.groupEnd();
+  }
+  GroupCalls(const GroupCalls &) = delete;
+  GroupCalls &operator=(const GroupCalls &) = delete;
+  void add(int r, const char *what) {
+    if (failed_ == kNcclSuccess && r != kNcclSuccess && r != kNcclInProgress) {
+      failed_ = r;
+      what_ = what;
+    }
+  }
+  void close() {
+    HORA_ENFORCE(open_, "ncclGroupStart failed");
+    open_ = false;
+    const int end = api_.groupEnd();
+    if (failed_ != kNcclSuccess) comm_.call(failed_, what_);
+    comm_.call(end, "ncclGroupEnd");
+  }
+
+ private:
+  gpu::DeviceApi &api_;
+  Comm &comm_;
+  bool open_ = false;
+  int failed_ = kNcclSuccess;
+  const char *what_ = "";
+};
+
+// Shared with the CUDA driver thread that runs stream callbacks, and with the deleters of outputs
+// handed to callers, both of which may outlive the executor.
+struct Shared {
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::function<void()> wake;  // cleared when the executor goes
+  uint64_t done = 0;           // highest ticket whose callback ran
+  bool executorGone = false;
+  std::vector<void *> returned;  // outputs their owners dropped, for the engine to free
+};
+
+struct Callback {
+  std::shared_ptr<Shared> shared;
+  uint64_t ticket;
+};
+
+void onStreamReached(void *arg) {
+  std::unique_ptr<Callback> cb(static_cast<Callback *>(arg));
+  std::function<void()> wake;
+  {
+    std::lock_guard<std::mutex> lock(cb->shared->mutex);
+    cb->shared->done = std::max(cb->shared->done, cb->ticket);
+    wake = cb->shared->wake;
+  }
+  cb->shared->cv.notify_all();
+  if (wake) wake();
+}
+
+class NcclExecutor final : public DeviceExecutor {
+ public:
+  struct Setup {
+    gpu::StreamHandle stream = nullptr;
+    gpu::DeviceApi::CancelFlag cancel;
+  };
+
+  NcclExecutor(gpu::DeviceApi &api, ControlPlane &control, int device, double timeoutS,
+               DeviceHooks hooks, Setup setup)
+      : api_(api),
+        device_(device),
+        stream_(setup.stream),
+        cancel_(setup.cancel),
+        hooks_(std::move(hooks)),
+        shared_(std::make_shared<Shared>()),
+        share_(device),
+        comm_(api, device, control.rank(), control.size(), timeoutS, setup.cancel.host) {
+    shared_->wake = hooks_.wake;
+    std::string id;
+    if (control.rank() == 0) {  // the id, or why there is none (nobody waits for an id that never comes)
+      try {
+        id = api_.uniqueId();
+      } catch (const Error &e) {
+        id = "!ncclGetUniqueId on rank 0: " + e.message();
+      }
+    }
+    control.broadcastFromRoot(id);
+    if (!id.empty() && id[0] == '!') HORA_THROW(HORA_ERR_BACKEND, "no NCCL communicator: ", id.substr(1));
+    const int maxCTAs = share_.before() == 0 ? 0 : std::max(1, api_.multiprocessors(device) / kSharedCtaShare);
+    comm_.init(id, maxCTAs);
+    HORA_LOG(kInfo) << "NCCL " << api_.ncclVersion() << " communicator: rank " << comm_.rank()
+                    << " of " << comm_.size() << " on cuda:" << device
+                    << (maxCTAs > 0 ? detail::concat(" (at most ", maxCTAs, " CTAs: ", share_.before() + 1,
+                                                     " communicators share this GPU)")
+                                    : std::string());
+  }
+
+  ~NcclExecutor() override {
+    try {
+      api_.setDevice(device_);
+    } catch (const Error &) {  // teardown goes on: every call below is noexcept
+    }
+    // Callbacks still to come find no engine to wake; outputs still held free themselves.
+    {
+      std::lock_guard<std::mutex> lock(shared_->mutex);
+      shared_->wake = nullptr;
+      shared_->executorGone = true;
+      for (void *p : shared_->returned) api_.release(p, stream_);
+      shared_->returned.clear();
+    }
+    if (fusion_ != nullptr) api_.release(fusion_, stream_);
+    for (const InFlight &f : inFlight_) freeEvents_.push_back(f.event);
+    for (gpu::EventHandle e : freeEvents_) api_.destroyEvent(e);
+    if (reclaimEvent_ != nullptr) api_.destroyEvent(reclaimEvent_);
+    // comm_ is destroyed after this body (finalized, or aborted): then the stream and the flag.
+  }
+
+  int device() const override { return device_; }
+  uint64_t queued() const override { return queued_; }
+
+  void allreduce(const std::vector<Request *> &requests, const Response &response,
+                 int contributors) override {
+    guarded([&] { runAllreduce(requests, response, contributors); });
+  }
+  void broadcast(Request &request, const Response &response) override {
+    guarded([&] { runBroadcast(request, response); });
+  }
+  void allgather(const std::vector<Request *> &requests,
+                 const std::vector<const Response *> &responses) override {
+    guarded([&] { runAllgather(requests, responses); });
+  }
+  void alltoall(Request &request, const Response &response) override {
+    guarded([&] { runAlltoall(request, response); });
+  }
+  void reducescatter(const std::vector<Request *> &requests,
+                     const std::vector<const Response *> &responses, int contributors) override {
+    guarded([&] { runReducescatter(requests, responses, contributors); });
+  }
+
+  uint64_t poll() override {
+    comm_.usable();
+    try {
+      return check();
+    } catch (const Error &e) {
+      comm_.abort(e.message());
+      throw;
+    }
+  }
+
+  void drain(double seconds) override {
+    const auto end = Clock::now() + std::chrono::nanoseconds(static_cast<int64_t>(seconds * 1e9));
+    while (poll() < queued_) {
+      if (Clock::now() > end) {
+        comm_.fail(HORA_ERR_TIMEOUT, detail::concat("waiting for the device's queued work: not done after ",
+                                                    seconds, " s"));
+      }
+      std::unique_lock<std::mutex> lock(shared_->mutex);
+      const uint64_t target = inFlight_.empty() ? queued_ : inFlight_.front().ticket;
+      shared_->cv.wait_for(lock, std::chrono::milliseconds(10), [&] { return shared_->done >= target; });
+    }
+  }
+
+  void abort(const std::string &why) override { comm_.abort(why); }
+
+ private:
+  struct InFlight {
+    uint64_t ticket;
+    gpu::EventHandle event;
+    Clock::time_point queuedAt;
+    std::string what;  // "allreduce 'grad'"
+  };
+
+  template <typename F>
+  void guarded(F &&op) {
+    comm_.usable();
+    try {
+      op();
+    } catch (const Error &e) {
+      // An op refused on its agreed parameters fails the same way on every rank, before any
+      // work is queued: the communicator stays.
+      if (blastRadius(e.status()) != BlastRadius::kThisOp) comm_.abort(e.message());
+      throw;
+    } catch (const std::exception &e) {
+      comm_.abort(e.what());
+      throw;
+    }
+  }
+
+  // What poll() does: completed ops off the front, then the communicator's health.
+  uint64_t check() {
+    uint64_t hostDone;
+    {
+      std::lock_guard<std::mutex> lock(shared_->mutex);
+      hostDone = shared_->done;
+    }
+    while (!inFlight_.empty()) {
+      InFlight &f = inFlight_.front();
+      if (f.ticket > hostDone && !api_.eventDone(f.event)) break;
+      finished_ = f.ticket;
+      lastFinish_ = Clock::now();
+      freeEvents_.push_back(f.event);
+      inFlight_.pop_front();
+    }
+    if (inFlight_.empty()) return finished_;
+    const int s = comm_.state();
+    if (s != kNcclSuccess && s != kNcclInProgress) {
+      comm_.fail(HORA_ERR_BACKEND, detail::concat(inFlight_.front().what, ": NCCL error ",
+                                                  api_.ncclErrorString(s)));
+    }
+    const Clock::time_point now = Clock::now();
+    // The oldest op's clock starts when it could start: queued, and its predecessor done.
+    const InFlight &oldest = inFlight_.front();
+    const Clock::time_point since = std::max(oldest.queuedAt, lastFinish_);
+    if (now - since > comm_.deadline()) {
+      comm_.fail(HORA_ERR_TIMEOUT, detail::concat(oldest.what, ": not done on cuda:", device_, " after ",
+                                                  comm_.timeoutS(), " s (HORA_TIMEOUT_S)"));
+    }
+    if (hooks_.lostPeer && now - lastPeerCheck_ > std::chrono::milliseconds(50)) {
+      lastPeerCheck_ = now;
+      if (const std::string who = hooks_.lostPeer(); !who.empty()) {
+        comm_.fail(HORA_ERR_PEER_LOST, detail::concat(oldest.what, ": peer lost: ", who));
+      }
+    }
+    return finished_;
+  }
+
+  // Every op starts here: on this device, outputs callers dropped freed, after the callers' work.
+  void begin(const std::vector<Request *> &requests) {
+    api_.setDevice(device_);
+    reclaim();
+    for (Request *r : requests) {
+      if (r->readyEvent) api_.waitEvent(stream_, r->readyEvent.get());
+    }
+  }
+
+  // Queues the op's completion: an event (what poll() asks) and a stream callback (what wakes
+  // the engine, without it polling); scratch is released in stream order.
+  void end(std::string what) {
+    gpu::EventHandle event;
+    if (freeEvents_.empty()) {
+      event = api_.createEvent();
+    } else {
+      event = freeEvents_.back();
+      freeEvents_.pop_back();
+    }
+    const uint64_t ticket = queued_ + 1;
+    try {
+      api_.recordEvent(event, stream_);
+      auto cb = std::make_unique<Callback>(Callback{shared_, ticket});
+      api_.hostCallback(stream_, onStreamReached, cb.get());
+      cb.release();  // the callback owns it now
+    } catch (...) {
+      freeEvents_.push_back(event);
+      throw;
+    }
+    queued_ = ticket;
+    for (void *p : scratch_) api_.release(p, stream_);
+    scratch_.clear();
+    inFlight_.push_back(InFlight{ticket, event, Clock::now(), std::move(what)});
+    firstOp_ = false;
+  }
+
+  // Outputs whose owners dropped them, freed after the work queued on the device's legacy default
+  // stream (where a caller that used them queued it, unless it used a stream of its own: then it
+  // must synchronise before dropping them, as with torch's record_stream).
+  void reclaim() {
+    std::vector<void *> returned;
+    {
+      std::lock_guard<std::mutex> lock(shared_->mutex);
+      returned.swap(shared_->returned);
+    }
+    if (returned.empty()) return;
+    if (reclaimEvent_ == nullptr) reclaimEvent_ = api_.createEvent();
+    api_.recordEvent(reclaimEvent_, nullptr);
+    api_.waitEvent(stream_, reclaimEvent_);
+    for (void *p : returned) api_.release(p, stream_);
+  }
+
+  void runAllreduce(const std::vector<Request *> &requests, const Response &response,
+                    int contributors) {
+    begin(requests);
+    const RequestMsg &agreed = response.agreed;
+    const DType dtype = agreed.dtype;
+    const size_t esize = dtypeSize(dtype);
+    const AllreducePlan plan = planAllreduce(dtype, agreed.reduceOp, agreed.prescale,
+                                             agreed.postscale, contributors, comm_.size());
+    std::vector<TensorArg> tensors;
+    for (Request *r : requests) {
+      for (const TensorArg &t : deviceTensors(*r)) tensors.push_back(t);
+    }
+    WideAffinity wide(firstOp_);
+    std::unique_ptr<PreMulSum> premul;
+    if (plan.premulSum) premul = std::make_unique<PreMulSum>(api_, comm_, dtype, plan.premulFactor);
+    const gpu::RedOp op = premul ? premul->get() : static_cast<gpu::RedOp>(plan.op);
+
+    if (tensors.size() == 1) {  // reduced where it lies
+      const TensorArg &t = tensors[0];
+      const void *src = t.in;
+      if (plan.kernelPrescale != 1.0) {
+        copy(t.out, t.in, static_cast<size_t>(t.numel) * esize);
+        scale(t.out, t.numel, dtype, plan.kernelPrescale);
+        src = t.out;
+      }
+      comm_.call(api_.allReduce(src, t.out, static_cast<size_t>(t.numel), dtype, op, comm_.get(), stream_),
+                 "ncclAllReduce");
+      scale(t.out, t.numel, dtype, plan.kernelPostscale);
+    } else {
+      std::vector<int64_t> bytes;
+      for (const TensorArg &t : tensors) bytes.push_back(t.numel * static_cast<int64_t>(esize));
+      const Layout layout = packLayout(bytes, esize);
+      char *buf = static_cast<char *>(fusion(static_cast<size_t>(layout.bytes)));
+      std::vector<nccl_kernels::CopyItem> in, out;
+      for (size_t i = 0; i < tensors.size(); ++i) {
+        in.push_back({tensors[i].in, buf + layout.offsets[i], bytes[i]});
+        out.push_back({buf + layout.offsets[i], tensors[i].out, bytes[i]});
+      }
+      api_.batchedCopy(in, nullptr, stream_);  // writes only hora's buffer: no flag to read
+      scale(buf, layout.elements, dtype, plan.kernelPrescale);
+      comm_.call(api_.allReduce(buf, buf, static_cast<size_t>(layout.elements), dtype, op, comm_.get(), stream_),
+                 "ncclAllReduce (fused)");
+      scale(buf, layout.elements, dtype, plan.kernelPostscale);
+      api_.batchedCopy(out, cancel_.device, stream_);
+    }
+    end(detail::concat("allreduce '", agreed.name, "'", requests.size() > 1 ? " (fused)" : ""));
+  }
+
+  void runBroadcast(Request &request, const Response &response) {
+    begin({&request});
+    const size_t esize = dtypeSize(response.agreed.dtype);
+    const std::vector<TensorArg> tensors = deviceTensors(request);
+    WideAffinity wide(firstOp_);
+    GroupCalls group(api_, comm_);
+    for (const TensorArg &t : tensors) {
+      group.add(api_.broadcast(t.out, t.out, static_cast<size_t>(t.numel) * esize, response.agreed.root,
+                               comm_.get(), stream_),
+                "ncclBroadcast");
+    }
+    group.close();
+    end(detail::concat("broadcast '", response.agreed.name, "'"));
+  }
+
+  // Every request of the group in one NCCL group: one launch for all of them.
+  void runAllgather(const std::vector<Request *> &requests,
+                    const std::vector<const Response *> &responses) {
+    begin(requests);
+    const size_t n = static_cast<size_t>(comm_.size());
+    struct Call {
+      const char *in;
+      char *out;
+      GatherPlan plan;
+      std::vector<int64_t> blocks;
+    };
+    std::vector<Call> calls;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      Request &request = *requests[i];
+      const Response &response = *responses[i];
+      const Shape &mine = request.msg().shapes.at(0);
+      const int64_t rowBytes = rowElements(mine) * static_cast<int64_t>(dtypeSize(request.msg().dtype));
+      Call c;
+      c.blocks.resize(n);
+      Shape outShape = mine;
+      outShape[0] = 0;
+      for (size_t r = 0; r < n; ++r) {
+        c.blocks[r] = response.firstDims.at(r) * rowBytes;
+        outShape[0] += response.firstDims[r];
+      }
+      c.plan = planAllgather(c.blocks);
+      c.out = static_cast<char *>(deviceOutput(request, outShape, static_cast<size_t>(c.plan.totalBytes)));
+      c.in = static_cast<const char *>(deviceTensors(request).at(0).in);
+      calls.push_back(std::move(c));
+    }
+    WideAffinity wide(firstOp_);
+    GroupCalls group(api_, comm_);
+    for (const Call &c : calls) {
+      if (c.plan.uniform) {
+        if (c.blocks[0] > 0) {
+          group.add(api_.allGather(c.in, c.out, static_cast<size_t>(c.blocks[0]), comm_.get(), stream_),
+                    "ncclAllGather");
+        }
+        continue;
+      }
+      for (size_t r = 0; r < n; ++r) {
+        if (c.blocks[r] == 0) continue;
+        group.add(api_.broadcast(c.in, c.out + c.plan.offsets[r], static_cast<size_t>(c.blocks[r]),
+                                 static_cast<int>(r), comm_.get(), stream_),
+                  "ncclBroadcast (allgather with uneven blocks)");
+      }
+    }
+    group.close();
+    end(detail::concat("allgather '", responses.front()->agreed.name, "'",
+                       requests.size() > 1 ? detail::concat(" and ", requests.size() - 1, " more") : ""));
+  }
+
+  void runAlltoall(Request &request, const Response &response) {
+    begin({&request});
+    const size_t n = static_cast<size_t>(comm_.size()), me = static_cast<size_t>(comm_.rank());
+    const Shape &mine = request.msg().shapes.at(0);
+    const int64_t rowBytes = rowElements(mine) * static_cast<int64_t>(dtypeSize(request.msg().dtype));
+    std::vector<int64_t> sendBytes(n), recvBytes(n);
+    request.receivedSplits.assign(n, 0);
+    Shape outShape = mine;
+    outShape[0] = 0;
+    int64_t total = 0;
+    for (size_t r = 0; r < n; ++r) {
+      sendBytes[r] = response.firstDims.at(me * n + r) * rowBytes;
+      request.receivedSplits[r] = response.firstDims.at(r * n + me);
+      recvBytes[r] = request.receivedSplits[r] * rowBytes;
+      outShape[0] += request.receivedSplits[r];
+      total += recvBytes[r];
+    }
+    const AlltoallPlan plan = planAlltoall(comm_.rank(), sendBytes, recvBytes);
+    char *out = static_cast<char *>(deviceOutput(request, outShape, static_cast<size_t>(total)));
+    const char *in = static_cast<const char *>(deviceTensors(request).at(0).in);
+    copy(out + plan.selfRecvOffset, in + plan.selfSendOffset, static_cast<size_t>(plan.selfBytes));
+    WideAffinity wide(firstOp_);
+    GroupCalls group(api_, comm_);
+    for (const Transfer &t : plan.transfers) {
+      if (t.sendBytes > 0) {
+        group.add(api_.send(in + t.sendOffset, static_cast<size_t>(t.sendBytes), t.peer, comm_.get(), stream_),
+                  "ncclSend (alltoall)");
+      }
+      if (t.recvBytes > 0) {
+        group.add(api_.recv(out + t.recvOffset, static_cast<size_t>(t.recvBytes), t.peer, comm_.get(), stream_),
+                  "ncclRecv (alltoall)");
+      }
+    }
+    group.close();
+    end(detail::concat("alltoall '", response.agreed.name, "'"));
+  }
+
+  // Every request of the group in one NCCL group; prescaled inputs go through scratch, so the
+  // caller's input stays as it was.
+  void runReducescatter(const std::vector<Request *> &requests,
+                        const std::vector<const Response *> &responses, int contributors) {
+    begin(requests);
+    const size_t n = static_cast<size_t>(comm_.size()), me = static_cast<size_t>(comm_.rank());
+    const RequestMsg &agreed = responses.front()->agreed;  // one dtype and op for the group
+    const DType dtype = agreed.dtype;
+    const size_t esize = dtypeSize(dtype);
+    const AllreducePlan plan = planAllreduce(dtype, agreed.reduceOp, agreed.prescale,
+                                             agreed.postscale, contributors, comm_.size());
+    struct Call {
+      const char *in;
+      char *out;
+      std::vector<int64_t> counts;
+      ScatterPlan split;
+    };
+    std::vector<Call> calls;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      Request &request = *requests[i];
+      const Shape &shape = responses[i]->agreed.shapes.at(0);
+      const int64_t rows = shape.at(0), rowElems = rowElements(shape);
+      const int64_t setSize = static_cast<int64_t>(n);
+      Call c;
+      c.counts.resize(n);
+      std::vector<int64_t> blockRows(n);
+      for (size_t r = 0; r < n; ++r) {  // rows / size each, one more for the first rows % size
+        blockRows[r] = rows / setSize + (static_cast<int64_t>(r) < rows % setSize ? 1 : 0);
+        c.counts[r] = blockRows[r] * rowElems;
+      }
+      Shape outShape = shape;
+      outShape[0] = blockRows[me];
+      c.out = static_cast<char *>(deviceOutput(request, outShape, static_cast<size_t>(c.counts[me]) * esize));
+      c.in = static_cast<const char *>(deviceTensors(request).at(0).in);
+      if (plan.kernelPrescale != 1.0) {
+        const int64_t total = rows * rowElems;
+        char *buf = static_cast<char *>(scratch(static_cast<size_t>(total) * esize));
+        copy(buf, c.in, static_cast<size_t>(total) * esize);
+        scale(buf, total, dtype, plan.kernelPrescale);
+        c.in = buf;
+      }
+      c.split = planReducescatter(c.counts);
+      calls.push_back(std::move(c));
+    }
+    WideAffinity wide(firstOp_);
+    std::unique_ptr<PreMulSum> premul;
+    if (plan.premulSum) premul = std::make_unique<PreMulSum>(api_, comm_, dtype, plan.premulFactor);
+    const gpu::RedOp op = premul ? premul->get() : static_cast<gpu::RedOp>(plan.op);
+    {
+      GroupCalls group(api_, comm_);
+      for (const Call &c : calls) {
+        if (c.split.uniform) {
+          if (c.counts[0] > 0) {
+            group.add(api_.reduceScatter(c.in, c.out, static_cast<size_t>(c.counts[0]), dtype, op,
+                                         comm_.get(), stream_),
+                      "ncclReduceScatter");
+          }
+          continue;
+        }
+        for (size_t r = 0; r < n; ++r) {
+          if (c.counts[r] == 0) continue;
+          group.add(api_.reduce(c.in + c.split.offsets[r] * static_cast<int64_t>(esize), c.out,
+                                static_cast<size_t>(c.counts[r]), dtype, op, static_cast<int>(r),
+                                comm_.get(), stream_),
+                    "ncclReduce (reducescatter with uneven blocks)");
+        }
+      }
+      group.close();
+    }
+    for (const Call &c : calls) scale(c.out, c.counts[me], dtype, plan.kernelPostscale);
+    end(detail::concat("reducescatter '", agreed.name, "'",
+                       requests.size() > 1 ? detail::concat(" and ", requests.size() - 1, " more") : ""));
+  }
+
+  static int64_t rowElements(const Shape &shape) {
+    int64_t e = 1;
+    for (size_t d = 1; d < shape.size(); ++d) e *= shape[d];
+    return e;
+  }
+
+  // The request's tensors, or for a rank that joined (its stand-in holds host memory) zeroed
+  // device scratch of the same sizes.
+  std::vector<TensorArg> deviceTensors(Request &request) {
+    if (!request.isStandIn()) return request.tensors();
+    std::vector<TensorArg> out;
+    const size_t esize = dtypeSize(request.msg().dtype);
+    for (const TensorArg &t : request.tensors()) {
+      const size_t bytes = static_cast<size_t>(t.numel) * esize;
+      void *p = scratch(bytes + 1);
+      api_.zero(p, bytes + 1, stream_);
+      out.push_back(TensorArg{p, p, t.numel});
+    }
+    return out;
+  }
+
+  // Device memory for this op only: stream-ordered, released in end().
+  void *scratch(size_t bytes) {
+    void *p = api_.allocate(bytes, stream_);
+    scratch_.push_back(p);
+    return p;
+  }
+
+  // Device memory for an output hora allocates (allgather, alltoall, reducescatter), owned by the
+  // request once it completes. Dropped by its owner on any thread, it goes back to the engine,
+  // which frees it in stream order (no CUDA call on the owner's thread, none that synchronises).
+  void *deviceOutput(Request &request, const Shape &shape, size_t bytes) {
+    void *data = api_.allocate(bytes + 1, stream_);
+    gpu::DeviceApi *api = &api_;
+    std::shared_ptr<Shared> shared = shared_;
+    std::shared_ptr<void> owner(data, [api, shared](void *p) {
+      std::lock_guard<std::mutex> lock(shared->mutex);
+      if (shared->executorGone) {
+        api->release(p, nullptr);  // after the executor: a synchronous free
+      } else {
+        shared->returned.push_back(p);
+      }
+    });
+    request.adoptOutput(owner, data, shape);
+    return data;
+  }
+
+  // Grows in 16 MiB steps, and only grows; the old buffer is released in stream order.
+  void *fusion(size_t bytes) {
+    if (fusion_ == nullptr || fusionBytes_ < bytes) {
+      constexpr size_t kStep = size_t{16} << 20;
+      const size_t size = (bytes + kStep - 1) / kStep * kStep;
+      void *bigger = api_.allocate(size, stream_);
+      if (fusion_ != nullptr) api_.release(fusion_, stream_);
+      fusion_ = bigger;
+      fusionBytes_ = size;
+    }
+    return fusion_;
+  }
+
+  void copy(void *dst, const void *src, size_t bytes) {
+    if (bytes == 0 || dst == src) return;
+    api_.copy(dst, src, bytes, stream_);
+  }
+
+  void scale(void *buf, int64_t count, DType dtype, double factor) {
+    if (factor == 1.0 || count == 0) return;
+    api_.scale(buf, count, dtype, factor, cancel_.device, stream_);
+  }
+
+  gpu::DeviceApi &api_;
+  const int device_;
+  gpu::StreamHandle stream_;
+  gpu::DeviceApi::CancelFlag cancel_;
+  DeviceHooks hooks_;
+  std::shared_ptr<Shared> shared_;
+  DeviceShare share_;
+  std::deque<InFlight> inFlight_;
+  std::vector<gpu::EventHandle> freeEvents_;
+  gpu::EventHandle reclaimEvent_ = nullptr;
+  std::vector<void *> scratch_;  // this op's
+  void *fusion_ = nullptr;
+  size_t fusionBytes_ = 0;
+  uint64_t queued_ = 0;
+  uint64_t finished_ = 0;
+  bool firstOp_ = true;  // NCCL connects lazily at a communicator's first op (threads too)
+  Clock::time_point lastFinish_ = Clock::now();
+  Clock::time_point lastPeerCheck_{};
+  // Last: destroyed first, so that its kernels are finalised or aborted before the stream and
+  // flag they use go (the owner below destroys those).
+  Comm comm_;
+};
+
+// Owns what the executor's setup made, so that a failure part-way frees it; the executor's
+// destructor runs before this one's.
+class OwnedExecutor final : public DeviceExecutor {
+ public:
+  OwnedExecutor(gpu::DeviceApi &api, int device, NcclExecutor::Setup setup)
+      : api_(api), device_(device), setup_(setup) {}
+  ~OwnedExecutor() override {
+    inner_.reset();
+    try {
+      api_.setDevice(device_);
+    } catch (const Error &) {
+    }
+    if (setup_.stream != nullptr) api_.destroyStream(setup_.stream);
+    if (setup_.cancel.host != nullptr) api_.destroyCancelFlag(setup_.cancel);
+  }
+  void start(ControlPlane &control, double timeoutS, DeviceHooks hooks) {
+    inner_ = std::make_unique<NcclExecutor>(api_, control, device_, timeoutS, std::move(hooks), setup_);
+  }
+  int device() const override { return device_; }
+  void allreduce(const std::vector<Request *> &requests, const Response &response, int contributors) override {
+    inner_->allreduce(requests, response, contributors);
+  }
+  void broadcast(Request &request, const Response &response) override { inner_->broadcast(request, response); }
+  void allgather(const std::vector<Request *> &requests, const std::vector<const Response *> &responses) override {
+    inner_->allgather(requests, responses);
+  }
+  void alltoall(Request &request, const Response &response) override { inner_->alltoall(request, response); }
+  void reducescatter(const std::vector<Request *> &requests, const std::vector<const Response *> &responses,
+                     int contributors) override {
+    inner_->reducescatter(requests, responses, contributors);
+  }
+  uint64_t queued() const override { return inner_->queued(); }
+  uint64_t poll() override { return inner_->poll(); }
+  void drain(double seconds) override { inner_->drain(seconds); }
+  void abort(const std::string &why) override { inner_->abort(why); }
+
+ private:
+  gpu::DeviceApi &api_;
+  const int device_;
+  NcclExecutor::Setup setup_;
+  std::unique_ptr<NcclExecutor> inner_;
+};
+
+}  // namespace
+
+int defaultCudaDevice(gpu::DeviceApi &api, int localRank) {
+  const int gpus = api.deviceCount();
+  if (gpus == 0) HORA_THROW(HORA_ERR_BACKEND, "no CUDA device: ", api.whyNoDevice());
+  return localRank % gpus;
+}
+
+std::unique_ptr<DeviceExecutor> createNcclExecutor(gpu::DeviceApi &api, ControlPlane &control,
+                                                   int device, double timeoutS, DeviceHooks hooks) {
+  // 1. This rank's CUDA, every failure caught: the ranks agree on it before anyone waits for an id.
+  NcclExecutor::Setup setup;
+  std::string failure;
+  try {
+    api.setDevice(device);
+    if (std::string why = api.kernelsRunOn(device); !why.empty()) HORA_THROW(HORA_ERR_BACKEND, why);
+    setup.stream = api.createStream();
+    setup.cancel = api.createCancelFlag();
+  } catch (const Error &e) {
+    failure = e.message();
+  } catch (const std::exception &e) {
+    failure = e.what();
+  }
+  auto owned = std::make_unique<OwnedExecutor>(api, device, setup);
+  const int size = control.size(), rank = control.rank();
+  std::vector<uint64_t> ok(static_cast<size_t>((size + 63) / 64), ~uint64_t{0});
+  if (!failure.empty()) ok[static_cast<size_t>(rank / 64)] &= ~(uint64_t{1} << (rank % 64));
+  control.allreduceAnd(ok);
+  std::string failed;
+  for (int r = 0; r < size; ++r) {
+    if ((ok[static_cast<size_t>(r / 64)] >> (r % 64) & 1u) == 0) {
+      failed += detail::concat(failed.empty() ? "" : ", ", r);
+    }
+  }
+  if (!failed.empty()) {
+    HORA_THROW(HORA_ERR_BACKEND, "no NCCL communicator: CUDA setup failed on rank ", failed, " of ", size,
+               failure.empty() ? std::string(" (its own log says why)")
+                               : detail::concat("; rank ", rank, " on cuda:", device, ": ", failure));
+  }
+  // 2, 3. The unique id and the communicator.
+  owned->start(control, timeoutS, std::move(hooks));
+  return owned;
+}
+
+}  // namespace hora

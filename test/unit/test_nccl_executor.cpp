@@ -1,0 +1,440 @@
+// SPDX-License-Identifier: Apache-2.0
+// The NCCL backend's logic (nccl_executor.cpp) against the fake device: ranks are threads, device
+// memory is host memory, NCCL is a rendezvous. Every result is checked against values computed
+// here; each test also checks one decision of the backend: completion by ticket while the device
+// works, the cancel flag before an abort, the setup agreement, the CTA cap, affinity, memory
+// returned to the engine, lost peers.
+#include <gtest/gtest.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "backends/nccl/nccl_executor.h"
+#include "base/error.h"
+#include "core/request.h"
+#include "fake_device.h"
+#include "thread_group.h"
+
+namespace hora {
+namespace {
+
+using test::FakeCluster;
+using test::FakeDevice;
+using test::runRanks;
+using test::ThreadControlPlane;
+using test::ThreadGroup;
+using Clock = std::chrono::steady_clock;
+
+constexpr int kDevices = 4;  // each rank on device `rank`: the CTA cap counts per device
+
+RequestMsg message(const std::string &name, OpType op, DType dtype, int device,
+                   std::vector<Shape> shapes) {
+  RequestMsg m;
+  m.name = name;
+  m.op = op;
+  m.dtype = dtype;
+  m.device = Device{2, device};
+  m.shapes = std::move(shapes);
+  return m;
+}
+
+Response responseFor(const RequestMsg &m) {
+  Response r;
+  r.agreed = m;
+  return r;
+}
+
+// Polls until `ticket` is done, the way the engine does (a bound keeps a bug from hanging).
+uint64_t waitFor(DeviceExecutor &ex, uint64_t ticket) {
+  const auto end = Clock::now() + std::chrono::seconds(20);
+  uint64_t done = ex.poll();
+  while (done < ticket) {
+    if (Clock::now() > end) ADD_FAILURE() << "ticket " << ticket << " not done after 20 s";
+    if (Clock::now() > end) return done;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    done = ex.poll();
+  }
+  return done;
+}
+
+struct Ranks {
+  explicit Ranks(int n, double timeoutS = 20) : group(n), timeoutS(timeoutS) {
+    for (int r = 0; r < n; ++r) devices.push_back(std::make_unique<FakeDevice>(cluster, r, kDevices));
+    executors.resize(static_cast<size_t>(n));
+    wakes = std::make_unique<std::atomic<int>[]>(static_cast<size_t>(n));
+  }
+  void start(const std::function<std::string(int)> &lostPeer = nullptr) {
+    runRanks(group.size(), [&](int r) {
+      ThreadControlPlane control(group, r);
+      DeviceHooks hooks;
+      hooks.wake = [this, r] { wakes[static_cast<size_t>(r)].fetch_add(1); };
+      if (lostPeer) hooks.lostPeer = [lostPeer, r] { return lostPeer(r); };
+      executors[static_cast<size_t>(r)] =
+          createNcclExecutor(*devices[static_cast<size_t>(r)], control, r, timeoutS, std::move(hooks));
+    });
+  }
+  FakeDevice &dev(int r) { return *devices[static_cast<size_t>(r)]; }
+  DeviceExecutor &ex(int r) { return *executors[static_cast<size_t>(r)]; }
+  ~Ranks() {
+    executors.clear();  // before the devices
+  }
+
+  FakeCluster cluster;
+  ThreadGroup group;
+  double timeoutS;
+  std::vector<std::unique_ptr<FakeDevice>> devices;
+  std::vector<std::unique_ptr<DeviceExecutor>> executors;
+  std::unique_ptr<std::atomic<int>[]> wakes;
+};
+
+TEST(NcclExecutor, FusedAverageCompletesByTicketWhileTheDeviceWorks) {
+  constexpr int n = 3;
+  Ranks ranks(n);
+  ranks.start();
+  // Three tensors of odd sizes, fused; rank r holds (r + 1) * (i + 1) at element i.
+  const std::vector<int64_t> sizes = {5, 1000, 33};
+  std::vector<std::vector<std::vector<float>>> data(n);
+  for (int r = 0; r < n; ++r) ranks.dev(r).hold(true);  // the GPU is "busy"
+  runRanks(n, [&](int r) {
+    std::vector<TensorArg> tensors;
+    std::vector<Shape> shapes;
+    for (int64_t size : sizes) {
+      data[r].emplace_back(static_cast<size_t>(size));
+      for (int64_t i = 0; i < size; ++i) data[r].back()[static_cast<size_t>(i)] = float((r + 1) * (i + 1));
+      tensors.push_back(TensorArg{data[r].back().data(), data[r].back().data(), size});
+      shapes.push_back({size});
+    }
+    RequestMsg m = message("grads", OpType::kAllreduce, DType::kFloat32, r, shapes);
+    m.reduceOp = ReduceOp::kAverage;
+    Request req(m, 0, tensors);
+    ranks.ex(r).allreduce({&req}, responseFor(m), n);
+    EXPECT_EQ(ranks.ex(r).queued(), 1u);
+    // Queued, not done: the engine is free while the device holds it.
+    EXPECT_EQ(ranks.ex(r).poll(), 0u);
+  });
+  for (int r = 0; r < n; ++r) ranks.dev(r).hold(false);
+  for (int r = 0; r < n; ++r) EXPECT_EQ(waitFor(ranks.ex(r), 1), 1u);
+  // average of (r + 1) * (i + 1) over r = 0..2: 2 * (i + 1)
+  for (int r = 0; r < n; ++r) {
+    for (size_t t = 0; t < sizes.size(); ++t) {
+      for (int64_t i = 0; i < sizes[t]; ++i) {
+        ASSERT_FLOAT_EQ(data[r][t][static_cast<size_t>(i)], 2.0f * float(i + 1)) << "rank " << r << " tensor " << t;
+      }
+    }
+    EXPECT_GE(ranks.wakes[r].load(), 1) << "the stream callback wakes the engine";
+    EXPECT_EQ(ranks.dev(r).count("batchedCopy"), 2) << "one pack and one unpack launch";
+  }
+}
+
+TEST(NcclExecutor, ScaledMinAndPremultipliedSum) {
+  constexpr int n = 2;
+  Ranks ranks(n);
+  ranks.start();
+  std::vector<std::vector<double>> a(n, std::vector<double>(7)), b(n, std::vector<double>(7));
+  runRanks(n, [&](int r) {
+    for (int i = 0; i < 7; ++i) {
+      a[r][i] = (r == 0 ? 1.0 : -2.0) * (i + 1);
+      b[r][i] = r + i;
+    }
+    RequestMsg m = message("min", OpType::kAllreduce, DType::kFloat64, r, {{7}});
+    m.reduceOp = ReduceOp::kMin;
+    m.prescale = 3.0;
+    m.postscale = 0.5;
+    Request req(m, 0, {TensorArg{a[r].data(), a[r].data(), 7}});
+    ranks.ex(r).allreduce({&req}, responseFor(m), n);
+    RequestMsg s = message("sum", OpType::kAllreduce, DType::kFloat64, r, {{7}});
+    s.prescale = 2.0;
+    Request sreq(s, 0, {TensorArg{b[r].data(), b[r].data(), 7}});
+    ranks.ex(r).allreduce({&sreq}, responseFor(s), n);
+    waitFor(ranks.ex(r), 2);
+  });
+  for (int r = 0; r < n; ++r) {
+    for (int i = 0; i < 7; ++i) {
+      EXPECT_DOUBLE_EQ(a[r][i], std::min(3.0 * (i + 1), 3.0 * -2.0 * (i + 1)) * 0.5);
+      EXPECT_DOUBLE_EQ(b[r][i], 2.0 * (0 + i) + 2.0 * (1 + i));
+    }
+    EXPECT_EQ(ranks.dev(r).count("createPreMulSum"), 1) << "the sum's prescale rides on NCCL";
+  }
+}
+
+TEST(NcclExecutor, FusedAllgatherIsOneGroupAndOutputsGoBackToTheEngine) {
+  constexpr int n = 2;
+  Ranks ranks(n);
+  ranks.start();
+  // Two allgathers in one fused group: uniform rows (ncclAllGather) and uneven (broadcasts).
+  std::vector<std::vector<int32_t>> x(n), y(n);
+  std::vector<std::vector<int32_t>> gotX(n), gotY(n);
+  runRanks(n, [&](int r) {
+    x[r] = {10 * r + 1, 10 * r + 2};                     // 2 rows of 1
+    y[r].assign(static_cast<size_t>(r + 1), 100 + r);    // r + 1 rows
+    RequestMsg mx = message("x", OpType::kAllgather, DType::kInt32, r, {{2}});
+    RequestMsg my = message("y", OpType::kAllgather, DType::kInt32, r, {{r + 1}});
+    Response rx = responseFor(mx), ry = responseFor(my);
+    rx.firstDims = {2, 2};
+    ry.firstDims = {1, 2};
+    auto qx = std::make_shared<Request>(mx, 0, std::vector<TensorArg>{{x[r].data(), nullptr, 2}});
+    auto qy = std::make_shared<Request>(my, 0, std::vector<TensorArg>{{y[r].data(), nullptr, r + 1}});
+    const int groupsBefore = ranks.dev(r).count("groupStart");
+    ranks.ex(r).allgather({qx.get(), qy.get()}, {&rx, &ry});
+    EXPECT_EQ(ranks.dev(r).count("groupStart") - groupsBefore, 1) << "one NCCL group for the fused pair";
+    waitFor(ranks.ex(r), 1);
+    const auto *ox = static_cast<const int32_t *>(qx->output()->data);
+    const auto *oy = static_cast<const int32_t *>(qy->output()->data);
+    gotX[r].assign(ox, ox + 4);
+    gotY[r].assign(oy, oy + 3);
+    // Dropped on this thread: no CUDA call here; the engine frees it at its next op.
+    const int releasesBefore = ranks.dev(r).releases();
+    qx.reset();
+    qy.reset();
+    EXPECT_TRUE(ranks.dev(r).callsFrom(std::this_thread::get_id()).empty() ||
+                ranks.dev(r).releases() == releasesBefore);
+    EXPECT_EQ(ranks.dev(r).releases(), releasesBefore) << "no free on the dropping thread";
+    // The next op reclaims them, after the legacy stream's work.
+    std::vector<float> z(4, 1.0f);
+    RequestMsg mz = message("z", OpType::kAllreduce, DType::kFloat32, r, {{4}});
+    Request qz(mz, 0, {TensorArg{z.data(), z.data(), 4}});
+    ranks.ex(r).allreduce({&qz}, responseFor(mz), n);
+    EXPECT_GE(ranks.dev(r).releases(), releasesBefore + 2);
+    waitFor(ranks.ex(r), 2);
+    EXPECT_EQ(z, std::vector<float>(4, 2.0f));
+  });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(gotX[r], (std::vector<int32_t>{1, 2, 11, 12}));
+    EXPECT_EQ(gotY[r], (std::vector<int32_t>{100, 101, 101}));
+  }
+}
+
+TEST(NcclExecutor, FusedReducescatterKeepsItsPrescaledInput) {
+  constexpr int n = 2;
+  Ranks ranks(n);
+  ranks.start();
+  std::vector<std::vector<float>> in(n), in2(n);
+  std::vector<std::vector<float>> out(n), out2(n);
+  runRanks(n, [&](int r) {
+    in[r] = {1.0f + r, 2.0f + r, 3.0f + r};  // 3 rows: rank 0 gets 2, rank 1 gets 1
+    in2[r] = {10.0f * (r + 1), 20.0f * (r + 1)};
+    RequestMsg m = message("a", OpType::kReducescatter, DType::kFloat32, r, {{3}});
+    RequestMsg m2 = message("b", OpType::kReducescatter, DType::kFloat32, r, {{2}});
+    m.prescale = m2.prescale = 0.5;
+    Response ra = responseFor(m), rb = responseFor(m2);
+    Request qa(m, 0, {TensorArg{in[r].data(), nullptr, 3}});
+    Request qb(m2, 0, {TensorArg{in2[r].data(), nullptr, 2}});
+    ranks.ex(r).reducescatter({&qa, &qb}, {&ra, &rb}, n);
+    waitFor(ranks.ex(r), 1);
+    const auto *oa = static_cast<const float *>(qa.output()->data);
+    const auto *ob = static_cast<const float *>(qb.output()->data);
+    out[r].assign(oa, oa + (r == 0 ? 2 : 1));
+    out2[r].assign(ob, ob + 1);
+  });
+  // 0.5 * (rank 0's + rank 1's) row by row
+  EXPECT_EQ(out[0], (std::vector<float>{0.5f * (1 + 2), 0.5f * (2 + 3)}));
+  EXPECT_EQ(out[1], (std::vector<float>{0.5f * (3 + 4)}));
+  EXPECT_EQ(out2[0], (std::vector<float>{0.5f * (10 + 20)}));
+  EXPECT_EQ(out2[1], (std::vector<float>{0.5f * (20 + 40)}));
+  EXPECT_EQ(in[0], (std::vector<float>{1, 2, 3})) << "the caller's input is not scaled in place";
+}
+
+TEST(NcclExecutor, JoinedRankTakesPartWithZeros) {
+  constexpr int n = 2;
+  Ranks ranks(n);
+  ranks.start();
+  std::vector<float> mine = {1, 2, 3};
+  runRanks(n, [&](int r) {
+    RequestMsg m = message("g", OpType::kAllreduce, DType::kFloat32, r, {{3}});
+    m.reduceOp = ReduceOp::kAverage;
+    Response resp = responseFor(m);
+    resp.joined = {1};
+    if (r == 0) {
+      Request q(m, 0, {TensorArg{mine.data(), mine.data(), 3}});
+      ranks.ex(r).allreduce({&q}, resp, 1);
+      waitFor(ranks.ex(r), 1);
+    } else {
+      std::shared_ptr<Request> standIn = Request::standIn(resp, 0);
+      ranks.ex(r).allreduce({standIn.get()}, resp, 1);
+      waitFor(ranks.ex(r), 1);
+    }
+  });
+  EXPECT_EQ(mine, (std::vector<float>{1, 2, 3})) << "average over the one contributor";
+}
+
+TEST(NcclExecutor, TimeoutCancelsTheQueuedUnpackBeforeTheAbort) {
+  constexpr int n = 2;
+  Ranks ranks(n, /*timeoutS=*/0.3);
+  ranks.start();
+  // Rank 1 never submits: rank 0's fused allreduce waits on the device until its deadline.
+  std::vector<float> a(8, 1.0f), b(3, 2.0f), outA(8, -7.0f), outB(3, -7.0f);
+  RequestMsg m = message("late", OpType::kAllreduce, DType::kFloat32, 0, {{8}, {3}});
+  Request q(m, 0, {TensorArg{a.data(), outA.data(), 8}, TensorArg{b.data(), outB.data(), 3}});
+  ranks.ex(0).allreduce({&q}, responseFor(m), n);
+  const auto start = Clock::now();
+  try {
+    waitFor(ranks.ex(0), 1);
+    FAIL() << "an allreduce without its peer completed";
+  } catch (const Error &e) {
+    EXPECT_EQ(e.status(), HORA_ERR_TIMEOUT) << e.message();
+    EXPECT_NE(e.message().find("allreduce 'late'"), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find("HORA_TIMEOUT_S"), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find("rank 0 of 2"), std::string::npos) << e.message();
+  }
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));
+  ranks.dev(0).drain();
+  EXPECT_EQ(outA, std::vector<float>(8, -7.0f)) << "the unpack after the aborted kernel wrote nothing";
+  EXPECT_EQ(outB, std::vector<float>(3, -7.0f));
+  EXPECT_GE(ranks.dev(0).count("stream: batchedCopy cancelled"), 1);
+  EXPECT_EQ(ranks.dev(0).count("commAbort"), 1);
+  // Every later call fails at once, saying why.
+  try {
+    ranks.ex(0).poll();
+    FAIL();
+  } catch (const Error &e) {
+    EXPECT_EQ(e.status(), HORA_ERR_BACKEND);
+    EXPECT_NE(e.message().find("aborted after an earlier failure"), std::string::npos) << e.message();
+  }
+}
+
+TEST(NcclExecutor, AsyncNcclErrorFailsTheOpInFlight) {
+  constexpr int n = 2;
+  Ranks ranks(n);
+  ranks.start();
+  std::vector<float> a(4, 1.0f);
+  RequestMsg m = message("x", OpType::kAllreduce, DType::kFloat32, 0, {{4}});
+  Request q(m, 0, {TensorArg{a.data(), a.data(), 4}});
+  ranks.ex(0).allreduce({&q}, responseFor(m), n);
+  ranks.dev(0).failAsync(6);  // ncclRemoteError, as a network failure reports itself
+  try {
+    waitFor(ranks.ex(0), 1);
+    FAIL();
+  } catch (const Error &e) {
+    EXPECT_EQ(e.status(), HORA_ERR_BACKEND);
+    EXPECT_NE(e.message().find("ncclRemoteError"), std::string::npos) << e.message();
+  }
+}
+
+TEST(NcclExecutor, LostPeerFailsTheOpWithoutWaitingForTheTimeout) {
+  constexpr int n = 2;
+  Ranks ranks(n, /*timeoutS=*/60);
+  std::atomic<bool> gone{false};
+  ranks.start([&](int r) { return r == 0 && gone ? std::string("rank 1 (pid 4242 on this host) exited") : ""; });
+  std::vector<float> a(4, 1.0f);
+  RequestMsg m = message("x", OpType::kAllreduce, DType::kFloat32, 0, {{4}});
+  Request q(m, 0, {TensorArg{a.data(), a.data(), 4}});
+  ranks.ex(0).allreduce({&q}, responseFor(m), n);
+  EXPECT_EQ(ranks.ex(0).poll(), 0u);
+  gone = true;
+  const auto start = Clock::now();
+  try {
+    waitFor(ranks.ex(0), 1);
+    FAIL();
+  } catch (const Error &e) {
+    EXPECT_EQ(e.status(), HORA_ERR_PEER_LOST);
+    EXPECT_NE(e.message().find("rank 1 (pid 4242"), std::string::npos) << e.message();
+  }
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
+}
+
+TEST(NcclExecutor, SetupFailureOnOneRankFailsEveryRankNamingIt) {
+  constexpr int n = 3;
+  Ranks ranks(n);
+  ranks.dev(1).setKernelsReason("cuda:1 is sm_70 (Tesla V100); this build has code for sm_75 and later");
+  std::vector<std::string> messages(n);
+  const auto start = Clock::now();
+  runRanks(n, [&](int r) {
+    ThreadControlPlane control(ranks.group, r);
+    try {
+      createNcclExecutor(ranks.dev(r), control, r, 20, DeviceHooks{});
+    } catch (const Error &e) {
+      EXPECT_EQ(e.status(), HORA_ERR_BACKEND);
+      messages[r] = e.message();
+    }
+  });
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(5)) << "nobody waits for the timeout";
+  for (int r = 0; r < n; ++r) {
+    EXPECT_NE(messages[r].find("CUDA setup failed on rank 1 of 3"), std::string::npos) << messages[r];
+    EXPECT_EQ(ranks.dev(r).count("commInit"), 0) << "no rank went on to NCCL";
+  }
+  EXPECT_NE(messages[1].find("sm_70"), std::string::npos) << messages[1];
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(ranks.dev(r).liveStreams(), 0) << "what setup made is freed";
+    EXPECT_EQ(ranks.dev(r).liveCancelFlags(), 0);
+  }
+}
+
+TEST(NcclExecutor, SecondCommunicatorOnAGpuIsCappedAndNcclThreadsGetTheProcessAffinity) {
+  FakeCluster cluster;
+  FakeDevice dev(cluster, 0, kDevices, /*multiprocessors=*/132);
+  ThreadGroup a(1), b(1);
+  std::unique_ptr<DeviceExecutor> first, second;
+  std::thread t([&] {
+    // An engine thread bound to one CPU (HORA_THREAD_AFFINITY), as the set's engine would be.
+    cpu_set_t process, one;
+    CPU_ZERO(&process);
+    ASSERT_EQ(sched_getaffinity(getpid(), sizeof process, &process), 0);
+    int cpu = -1;
+    for (int c = 0; c < CPU_SETSIZE && cpu < 0; ++c) {
+      if (CPU_ISSET(c, &process)) cpu = c;
+    }
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
+    ThreadControlPlane ca(a, 0), cb(b, 0);
+    first = createNcclExecutor(dev, ca, 2, 20, DeviceHooks{});
+    second = createNcclExecutor(dev, cb, 2, 20, DeviceHooks{});
+    const std::vector<FakeDevice::InitRecord> inits = dev.inits();
+    ASSERT_EQ(inits.size(), 2u);
+    EXPECT_EQ(inits[0].maxCTAs, 0) << "the first communicator: NCCL's own choice";
+    EXPECT_EQ(inits[1].maxCTAs, 132 / 8) << "a later one on the same GPU is capped";
+    if (CPU_COUNT(&process) > 1) {
+      EXPECT_EQ(static_cast<int>(inits[0].cpus.size()), CPU_COUNT(&process))
+          << "NCCL's threads are made with the process's CPUs, not the engine's one";
+    }
+    cpu_set_t after;
+    sched_getaffinity(0, sizeof after, &after);
+    EXPECT_TRUE(CPU_EQUAL(&after, &one)) << "the engine's own binding is restored";
+    second.reset();
+    first.reset();
+  });
+  t.join();
+}
+
+TEST(NcclExecutor, DefaultDeviceIsTheLocalRankModuloTheGpus) {
+  FakeCluster cluster;
+  FakeDevice dev(cluster, 0, /*deviceCount=*/2);
+  EXPECT_EQ(defaultCudaDevice(dev, 0), 0);
+  EXPECT_EQ(defaultCudaDevice(dev, 3), 1);
+  dev.setDeviceCount(0);
+  dev.setWhyNoDevice("no CUDA-capable device is detected");
+  try {
+    defaultCudaDevice(dev, 0);
+    FAIL();
+  } catch (const Error &e) {
+    EXPECT_EQ(e.status(), HORA_ERR_BACKEND);
+    EXPECT_NE(e.message().find("no CUDA-capable device"), std::string::npos) << e.message();
+  }
+}
+
+TEST(NcclExecutor, TeardownNeverThrowsAndFreesWhatItMade) {
+  Ranks ranks(1);
+  ranks.start();
+  std::vector<float> a(4, 3.0f);
+  RequestMsg m = message("x", OpType::kAllreduce, DType::kFloat32, 0, {{4}, {4}});
+  std::vector<float> b(4, 1.0f);
+  Request q(m, 0, {TensorArg{a.data(), a.data(), 4}, TensorArg{b.data(), b.data(), 4}});
+  ranks.ex(0).allreduce({&q}, responseFor(m), 1);  // fused: a fusion buffer exists
+  waitFor(ranks.ex(0), 1);
+  ranks.dev(0).throwNext("setDevice");  // teardown's first CUDA call fails
+  EXPECT_NO_THROW(ranks.executors.clear());
+  EXPECT_EQ(ranks.dev(0).liveStreams(), 0);
+  EXPECT_EQ(ranks.dev(0).liveEvents(), 0);
+  EXPECT_EQ(ranks.dev(0).liveComms(), 0);
+  EXPECT_EQ(ranks.dev(0).liveAllocations(), 0);
+}
+
+}  // namespace
+}  // namespace hora
