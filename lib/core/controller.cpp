@@ -17,6 +17,7 @@ namespace {
 constexpr uint64_t kFlagNothingNew = 1u << 0;  // inverted: cleared by a rank with new requests
 constexpr uint64_t kFlagNoShutdown = 1u << 1;  // inverted: cleared by a rank shutting down
 constexpr uint64_t kFlagNobodyJoined = 1u << 2;  // inverted: cleared by a rank in hora_join
+constexpr uint64_t kFlagDeviceOffer = 1u << 3;   // cleared by a rank not offering its GPU's turn
 
 size_t wordsFor(int bits) { return (static_cast<size_t>(bits) + 63) / 64; }
 void setBit(std::vector<uint64_t> &w, size_t base, int bit) {
@@ -198,7 +199,8 @@ Controller::Controller(ControlPlane &plane, int cacheCapacity, StallPolicy stall
     : plane_(plane), cache_(cacheCapacity), stall_(stall),
       reportRequestsSeen_(stallReportRequests().load()) {}
 
-Controller::Outcome Controller::negotiate(const PendingMap &pending, bool requestShutdown) {
+Controller::Outcome Controller::negotiate(const PendingMap &pending, bool requestShutdown,
+                                          bool deviceOffer) {
   Outcome out;
   const int capacity = cache_.capacity();
   const size_t nwords = wordsFor(capacity);
@@ -242,8 +244,10 @@ Controller::Outcome Controller::negotiate(const PendingMap &pending, bool reques
   if (haveNew || expire) words[0] &= ~kFlagNothingNew;
   if (requestShutdown) words[0] &= ~kFlagNoShutdown;
   if (joined) words[0] &= ~kFlagNobodyJoined;
+  if (!deviceOffer) words[0] &= ~kFlagDeviceOffer;
 
   plane_.allreduceAnd(words);
+  out.deviceAgreed = (words[0] & kFlagDeviceOffer) != 0;
 
   if (!(words[0] & kFlagNoShutdown)) {
     out.shutdown = true;

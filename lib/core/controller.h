@@ -56,9 +56,12 @@ class Controller {
     // Shared with the response cache (a hit is not copied); in the order every rank runs them.
     std::vector<std::shared_ptr<const Response>> responses;
     bool shutdown = false;       // some rank asked to shut down: stop without executing
+    bool deviceAgreed = false;   // every rank offered to launch device work now (deviceOffer)
     int coordinatorRounds = 0;   // 0 or 1: whether this cycle needed the coordinator
   };
-  Outcome negotiate(const PendingMap &pending, bool requestShutdown);
+  // `deviceOffer`: this rank holds its GPU's turn for this set (DeviceTurn), carried in the
+  // cycle's AND at no cost: Outcome::deviceAgreed says whether every rank did.
+  Outcome negotiate(const PendingMap &pending, bool requestShutdown, bool deviceOffer = false);
 
   const ResponseCache &cache() const { return cache_; }
   // Coordinator side, for tests and stall reports: names waiting for some ranks.

@@ -106,6 +106,7 @@ void SetEngine::threadMain(const std::function<Parts()> &setup, std::promise<Sta
     executor_ = std::make_unique<Executor>(*parts_.backend, size_, rank_);
     timeline_ = parts_.timeline;
     flight_ = parts_.flight;
+    if (parts_.turn != nullptr) turn_ = parts_.turn;
     executor_->setTimeline(timeline_, id_);
     watch_ = std::make_unique<StallWatch>(id_, rank_, size_, parts_.group->presence(),
                                           knobs_.stallWarningS, knobs_.timeoutS);
@@ -139,6 +140,9 @@ void SetEngine::threadMain(const std::function<Parts()> &setup, std::promise<Sta
   // Teardown in the thread that made them; no caller runs a cycle of a stopped set.
   std::lock_guard<std::mutex> lock(cycleMutex_);
   queue_.setBell(nullptr);
+  turn_->stopWaiting(id_);
+  turn_->release(id_);
+  waker_->detach();
   watch_.reset();  // its thread uses the group's presence channel
   device_.reset();
   executor_.reset();
@@ -188,7 +192,7 @@ void SetEngine::drive(const Request &request) {
   };
   if (callerCycles_ && cudaDevice_.load() < 0) {
     std::unique_lock<std::mutex> lock(cycleMutex_, std::try_to_lock);
-    if (lock.owns_lock() && running_ && handedOver_.empty() && sigpipeHarmless()) {
+    if (lock.owns_lock() && running_ && sigpipeHarmless()) {
       Cycle done = Cycle::kAgreed;
       while (done == Cycle::kAgreed && !request.done()) done = runCycle(/*ownThread=*/false);
       // What is left (requests other ranks have not submitted yet, device ops) is the set's
@@ -231,13 +235,6 @@ SetEngine::Cycle SetEngine::cycle(bool ownThread) {
     completeDeviceOps();
     agreed = deviceOps_.size() != before;
   }
-  if (!handedOver_.empty()) {  // the set's thread, after a caller's cycle
-    order_.clear();
-    for (const auto &r : handedOver_) order_.push_back(r.get());
-    execute(order_);
-    handedOver_.clear();
-    agreed = true;
-  }
   queue_.popAll(fresh_);
   if (!fresh_.empty() && timeline_ != nullptr && timeline_->active()) {
     const std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now();
@@ -250,13 +247,17 @@ SetEngine::Cycle SetEngine::cycle(bool ownThread) {
   agreed = agreed || !fresh_.empty();
   fresh_.clear();
   const bool wantShutdown = queue_.shutdownRequested();
-  if (pending_.empty() && !wantShutdown) {
+  if (pending_.empty() && !wantShutdown && awaiting_.empty()) {
     busy_ = false;
     return agreed ? Cycle::kAgreed : Cycle::kNothing;
   }
 
   watch_->negotiating(++negotiations_);
-  Controller::Outcome outcome = controller_->negotiate(pending_, wantShutdown);
+  // Device work runs only while this set holds the GPU's turn on every member (DeviceTurn); the
+  // set's own thread only, whose CUDA device the executor sets (a caller's is the caller's).
+  const bool deviceWork = ownThread && (!awaiting_.empty() || device_ != nullptr || cudaDevice_.load() >= 0);
+  const bool offered = deviceWork && turn_->tryTake(id_);
+  Controller::Outcome outcome = controller_->negotiate(pending_, wantShutdown, offered);
   if (outcome.shutdown) {
     stop(Status{HORA_ERR_SHUT_DOWN,
                 id_ == 0 ? "the runtime shut down (hora_shutdown on this or another rank) "
@@ -265,20 +266,37 @@ SetEngine::Cycle SetEngine::cycle(bool ownThread) {
                            "op finished"});
     return Cycle::kStopped;
   }
+  // CPU work runs now; device work waits for a cycle in which every member holds the turn
+  // (this one, usually), in the order agreed. Its requests leave pending_ meanwhile, so that
+  // negotiation does not see them again.
   order_.clear();
   for (const auto &r : outcome.responses) {
-    if (!ownThread && !r->agreed.device.isCpu()) {
-      // Responses run in the order agreed: this one and every later one go to the set's thread.
-      handedOver_.assign(outcome.responses.begin() + static_cast<std::ptrdiff_t>(order_.size()),
-                         outcome.responses.end());
-      break;
+    if (r->agreed.device.isCpu() || !r->ok()) {
+      order_.push_back(r.get());
+      continue;
     }
-    order_.push_back(r.get());
+    Awaiting waiting{r, nullptr};
+    if (auto it = pending_.find(r->agreed.name); it != pending_.end()) {
+      waiting.request = std::move(it->second);
+      pending_.erase(it);
+    }
+    awaiting_.push_back(std::move(waiting));
   }
   execute(order_);
+  if (outcome.deviceAgreed && !awaiting_.empty()) {
+    launchAwaiting();
+    turn_->keep(id_);
+  }
   if (!deviceOps_.empty()) completeDeviceOps();  // small ops may be done already
+  if (awaiting_.empty()) {
+    turn_->stopWaiting(id_);
+  } else {
+    std::shared_ptr<Waker> waker = waker_;
+    turn_->wait(id_, [waker] { waker->kick(); });
+  }
+  if (offered && deviceOps_.empty()) turn_->release(id_);
   watch_->idle();
-  busy_ = !pending_.empty() || !handedOver_.empty();
+  busy_ = !pending_.empty() || !awaiting_.empty();
   return agreed || !outcome.responses.empty() ? Cycle::kAgreed : Cycle::kNothing;
 }
 
@@ -476,13 +494,31 @@ void SetEngine::complete(std::vector<RequestPtr> &requests, const Status &status
   requests.clear();
 }
 
+void SetEngine::launchAwaiting() {
+  for (Awaiting &a : awaiting_) {
+    if (a.request) {
+      const std::string_view name = a.request->name();
+      pending_.emplace(name, std::move(a.request));
+    }
+  }
+  std::vector<const Response *> order;
+  order.reserve(awaiting_.size());
+  for (const Awaiting &a : awaiting_) order.push_back(a.response.get());
+  execute(order);  // the responses live in awaiting_ until it returns
+  awaiting_.clear();
+}
+
 void SetEngine::completeDeviceOps() {
   const uint64_t done = device_->poll();
+  std::vector<DeviceOp> finished;
   while (!deviceOps_.empty() && deviceOps_.front().ticket <= done) {
-    finishDeviceOp(deviceOps_.front(), Status::success());
+    finished.push_back(std::move(deviceOps_.front()));
     deviceOps_.pop_front();
   }
   deviceBusy_ = !deviceOps_.empty();
+  // The GPU is free for another set before the callers wake (no-op unless this set holds it).
+  if (deviceOps_.empty()) turn_->release(id_);
+  for (DeviceOp &op : finished) finishDeviceOp(op, Status::success());
 }
 
 void SetEngine::finishDeviceOp(DeviceOp &op, const Status &status) {
@@ -494,8 +530,9 @@ void SetEngine::finishDeviceOp(DeviceOp &op, const Status &status) {
     for (Request *r : op.requests) flight_->finished(r->flightId, status.code, now);
   }
   Status mine = status;
-  if (!status.ok()) {
-    mine.message = std::string(opSpec(op.op).name) + " '" + op.name + "': " + status.message;
+  const std::string prefix = std::string(opSpec(op.op).name) + " '" + op.name + "': ";
+  if (!status.ok() && status.message.compare(0, prefix.size(), prefix) != 0) {
+    mine.message = prefix + status.message;
   }
   complete(op.owned, mine);
   if (status.ok()) watch_->completed(opSpec(op.op).name, op.name, op.lastSeq);
@@ -521,9 +558,24 @@ void SetEngine::settleDeviceOps(const Status &why) {
   deviceBusy_ = false;
 }
 
+void SetEngine::leaveTurn(const Status &why) {
+  turn_->stopWaiting(id_);
+  turn_->release(id_);
+  // Agreed but never launched: every member fails them alike.
+  for (Awaiting &a : awaiting_) {
+    if (!a.request) continue;
+    Status s = why;
+    s.message = std::string(opTypeName(a.request->msg().op)) + " '" + a.request->name() + "': " + why.message;
+    if (flight_ != nullptr) flight_->finished(a.request->flightId, s.code);
+    a.request->complete(std::move(s));
+  }
+  awaiting_.clear();
+}
+
 void SetEngine::stop(const Status &why) {
   running_ = false;
-  settleDeviceOps(why);
+  if (!deviceOps_.empty()) settleDeviceOps(why);
+  leaveTurn(why);
   if (id_ == 0 && handler_ != nullptr) handler_->worldStopped();
   std::vector<RequestPtr> all = queue_.close(why);
   for (auto &kv : pending_) all.push_back(std::move(kv.second));

@@ -14,6 +14,7 @@
 #include "core/backend.h"
 #include "core/controller.h"
 #include "core/device_executor.h"
+#include "core/device_turn.h"
 #include "core/executor.h"
 #include "core/flight_recorder.h"
 #include "core/stall_watch.h"
@@ -50,6 +51,7 @@ class SetEngine {
     int localRank = 0;  // this rank's on its host: its GPU when no tensor names one
     Timeline *timeline = nullptr;  // the runtime's, recorded in while it is active
     FlightRecorder *flight = nullptr;  // the runtime's, always recording (unless off)
+    DeviceTurn *turn = nullptr;  // the GPU's turn among this process's sets (null: the process's)
   };
   // Starts the thread, which runs `setup` to get its group and backend, and returns once that is
   // done. Throws Error with the status setup failed with.
@@ -132,9 +134,6 @@ class SetEngine {
   std::atomic<bool> busy_{false};
   bool callerCycles_ = false;  // drive() may run cycles (fixed before start() returns)
   bool socketFree_ = false;
-  // Agreed in a caller's cycle but on a device: run by the set's thread, whose CUDA device the
-  // executor sets (a caller's current device is the caller's).
-  std::vector<std::shared_ptr<const Response>> handedOver_;
 
   // Created and destroyed on the set's thread; used by whichever thread holds cycleMutex_.
   Parts parts_;
@@ -171,6 +170,34 @@ class SetEngine {
   // At stop: an orderly stop waits for the queued device work (bounded); otherwise, or if that
   // fails, the executor is aborted. Every device op is then completed, with `why` unless done.
   void settleDeviceOps(const Status &why);
+  // Device responses agreed but not yet launched (waiting for the GPU's turn on every member), in
+  // the order agreed, with this rank's request (null for a joined rank's).
+  struct Awaiting {
+    std::shared_ptr<const Response> response;
+    RequestPtr request;
+  };
+  std::deque<Awaiting> awaiting_;
+  DeviceTurn *turn_ = &DeviceTurn::process();
+  // What the turn calls when it comes free: kicks this engine's queue while the engine lives.
+  class Waker {
+   public:
+    explicit Waker(TensorQueue *queue) : queue_(queue) {}
+    void kick() {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (queue_ != nullptr) queue_->kick();
+    }
+    void detach() {
+      std::lock_guard<std::mutex> lock(mutex_);
+      queue_ = nullptr;
+    }
+
+   private:
+    std::mutex mutex_;
+    TensorQueue *queue_;
+  };
+  std::shared_ptr<Waker> waker_ = std::make_shared<Waker>(&queue_);
+  void launchAwaiting();  // under the turn, agreed by every member
+  void leaveTurn(const Status &why);  // at stop: the turn given back, awaiting ops failed
   PendingMap pending_;
   std::vector<RequestPtr> fresh_;  // a cycle's new requests, from the queue
   std::vector<const Response *> order_;  // a cycle's responses, in order

@@ -1368,7 +1368,13 @@ void FakeDevice::flushGroup(std::vector<PendingCall> calls) {
       ++me.pending;
     }
     auto op = std::make_unique<Op>();
-    op->run = [this, item = item] { runNccl(*item); };
+    op->run = [this, item = item] {
+      // exclusive(true): one collective at a time on this "GPU", held while it waits for its
+      // peers, as a GPU whose SMs (or hardware queue) one NCCL kernel fills.
+      std::unique_lock<std::mutex> gpu(exclusiveMutex_, std::defer_lock);
+      if (exclusive_.load()) gpu.lock();
+      runNccl(*item);
+    };
     enqueue(s, std::move(op));
   }
 }

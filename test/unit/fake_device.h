@@ -97,6 +97,10 @@ class FakeDevice final : public gpu::DeviceApi {
   // stuck rank): it posts nothing and waits until its communicator is aborted. false: disarms,
   // and lets an op stalled now go on normally.
   void stall(bool on);
+  // One NCCL op at a time on this device, held while it waits for its peers: a GPU on which one
+  // communicator's kernel leaves no room for another's. Two communicators whose ops reach two
+  // such devices in opposite orders then deadlock (until the fake's bound aborts the process).
+  void exclusive(bool on) { exclusive_ = on; }
   // What deviceCount(), whyNoDevice() and kernelsRunOn() say.
   void setDeviceCount(int count);
   void setWhyNoDevice(std::string why);
@@ -238,6 +242,8 @@ class FakeDevice final : public gpu::DeviceApi {
 
   // stall(): armed_ is taken by the next NCCL op a worker reaches; stallGen_ moves on stall(false).
   std::atomic<bool> stallArmed_{false};
+  std::atomic<bool> exclusive_{false};
+  std::mutex exclusiveMutex_;
   std::atomic<uint64_t> stallGen_{0};
   std::atomic<int> ncclInProgress_{0};
 

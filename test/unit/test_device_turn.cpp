@@ -1,0 +1,160 @@
+// SPDX-License-Identifier: Apache-2.0
+// The GPU's turn among a process's sets (DeviceTurn), and two process sets' engines on two ranks
+// (threads, each rank with its own fake GPU and turn) whose collectives reach the GPUs in
+// whatever order the engines' threads run: on "exclusive" fake GPUs (one NCCL kernel at a time,
+// held while it waits for its peers) opposite orders deadlock; with the turn every op completes.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "backends/nccl/nccl_executor.h"
+#include "backends/registry.h"
+#include "core/device_turn.h"
+#include "core/set_engine.h"
+#include "fake_device.h"
+#include "thread_group.h"
+
+namespace hora {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+TEST(DeviceTurn, OneSetAtATimeLowestWaitingFirstHolderDrainsForOthers) {
+  DeviceTurn turn;
+  EXPECT_TRUE(turn.tryTake(2));
+  EXPECT_FALSE(turn.tryTake(1)) << "held by set 2";
+  turn.keep(2);
+  EXPECT_TRUE(turn.tryTake(2)) << "the holder goes on while nobody waits";
+  int woke = 0;
+  turn.wait(1, [&] { ++woke; });
+  EXPECT_FALSE(turn.tryTake(2)) << "the holder launches nothing more while set 1 waits";
+  turn.release(2);
+  EXPECT_EQ(woke, 1) << "a waiting set is woken when the turn comes free";
+  turn.wait(3, nullptr);
+  turn.wait(2, nullptr);
+  // Set 2 held it last: 1 and 3 come before it, the lower id first.
+  EXPECT_FALSE(turn.tryTake(2));
+  EXPECT_FALSE(turn.tryTake(3));
+  EXPECT_TRUE(turn.tryTake(1));
+  turn.stopWaiting(1);
+  turn.release(1);  // tentative (never kept): the last holder stays 2
+  EXPECT_FALSE(turn.tryTake(2));
+  EXPECT_TRUE(turn.tryTake(3));
+  EXPECT_EQ(turn.holder(), 3);
+}
+
+// A group of ranks as threads: the set's control plane, nothing else.
+class ThreadGroupOfSet final : public Group {
+ public:
+  ThreadGroupOfSet(test::ThreadGroup &group, int rank) : plane_(group, rank) {}
+  ControlPlane &control() override { return plane_; }
+  void poison(int, const std::string &) override {}
+  bool usesSockets() const override { return false; }
+
+ private:
+  test::ThreadControlPlane plane_;
+};
+
+class FakeFabric final : public Fabric {
+ public:
+  FakeFabric(gpu::DeviceApi &api, double timeoutS) : api_(api), timeoutS_(timeoutS) {}
+  std::unique_ptr<Bootstrap> formWorld() override { return nullptr; }
+  std::unique_ptr<Backend> cpuBackend(Bootstrap &, Group &) override { return nullptr; }
+  std::unique_ptr<DeviceExecutor> deviceExecutor(ControlPlane &control, int device, DeviceHooks hooks) override {
+    return createNcclExecutor(api_, control, device, timeoutS_, std::move(hooks));
+  }
+  int defaultDevice(int localRank) override { return defaultCudaDevice(api_, localRank); }
+
+ private:
+  gpu::DeviceApi &api_;
+  double timeoutS_;
+};
+
+RequestPtr allreduce(const std::string &name, int32_t set, int device, std::vector<float> &data) {
+  RequestMsg m;
+  m.name = name;
+  m.op = OpType::kAllreduce;
+  m.dtype = DType::kFloat32;
+  m.device = Device{2, device};
+  m.shapes = {{static_cast<int64_t>(data.size())}};
+  return std::make_shared<Request>(m, set,
+                                   std::vector<TensorArg>{{data.data(), data.data(), static_cast<int64_t>(data.size())}});
+}
+
+TEST(DeviceTurn, TwoSetsOnExclusiveGpusNeverDeadlock) {
+  constexpr int kRanks = 2, kSets = 2, kRounds = 40;
+  test::FakeCluster cluster;
+  std::vector<std::unique_ptr<test::FakeDevice>> gpus;
+  std::vector<std::unique_ptr<DeviceTurn>> turns;  // one per rank: one per process
+  std::vector<std::unique_ptr<FakeFabric>> fabrics;
+  for (int r = 0; r < kRanks; ++r) {
+    gpus.push_back(std::make_unique<test::FakeDevice>(cluster, r, /*deviceCount=*/kRanks));
+    gpus.back()->exclusive(true);
+    turns.push_back(std::make_unique<DeviceTurn>());
+    fabrics.push_back(std::make_unique<FakeFabric>(*gpus.back(), 30));
+  }
+  std::vector<std::unique_ptr<test::ThreadGroup>> groups;
+  for (int s = 0; s < kSets; ++s) groups.push_back(std::make_unique<test::ThreadGroup>(kRanks));
+  Knobs knobs;
+  knobs.timeoutS = 30;
+  knobs.stallWarningS = 0;
+  // engines[s][r]: set s + 1 on rank r, each with its own thread, as in a process.
+  std::vector<std::vector<std::shared_ptr<SetEngine>>> engines(kSets);
+  test::runRanks(kRanks * kSets, [&](int i) {
+    const int s = i / kRanks, r = i % kRanks;
+    auto setup = [&, s, r] {
+      SetEngine::Parts parts;
+      parts.group = std::make_unique<ThreadGroupOfSet>(*groups[s], r);
+      parts.backend = createSelfBackend();
+      parts.fabric = fabrics[r].get();
+      parts.localRank = r;
+      parts.turn = turns[r].get();
+      return parts;
+    };
+    auto engine = SetEngine::start(s + 1, knobs, setup, nullptr);
+    static std::mutex m;
+    std::lock_guard<std::mutex> lock(m);
+    engines[s].resize(kRanks);
+    engines[s][r] = engine;
+  });
+  // Each round, every rank submits to both sets at once, rank 0 set 1 first, rank 1 set 2
+  // first: the engines' threads then launch in whatever order they run.
+  std::vector<std::vector<std::vector<float>>> data(kRounds * kSets, std::vector<std::vector<float>>(kRanks));
+  std::vector<RequestPtr> requests;
+  std::mutex requestsMutex;
+  const auto start = Clock::now();
+  test::runRanks(kRanks, [&](int r) {
+    for (int round = 0; round < kRounds; ++round) {
+      std::vector<RequestPtr> mine;
+      for (int k = 0; k < kSets; ++k) {
+        const int s = r == 0 ? k : kSets - 1 - k;
+        std::vector<float> &d = data[round * kSets + s][r];
+        d.assign(64, float(r + 1));
+        RequestPtr req = allreduce("g" + std::to_string(round), s + 1, r, d);
+        engines[s][r]->submit(req);
+        mine.push_back(req);
+      }
+      for (const RequestPtr &req : mine) EXPECT_TRUE(req->wait().ok()) << req->status().message;
+      std::lock_guard<std::mutex> lock(requestsMutex);
+      requests.insert(requests.end(), mine.begin(), mine.end());
+    }
+  });
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(30));
+  for (const auto &perRank : data) {
+    for (const auto &d : perRank) EXPECT_EQ(d, std::vector<float>(64, 3.0f));  // 1 + 2
+  }
+  for (int r = 0; r < kRanks; ++r) EXPECT_EQ(turns[r]->holder(), -1) << "the turn is given back";
+  for (auto &set : engines) {
+    for (auto &e : set) e->requestShutdown();
+  }
+  for (auto &set : engines) {
+    for (auto &e : set) e->join();
+  }
+  engines.clear();
+}
+
+}  // namespace
+}  // namespace hora
