@@ -18,6 +18,7 @@ namespace hora {
 struct DeviceHooks {
   std::function<void()> wake;              // any thread (a CUDA driver thread included); cheap
   std::function<std::string()> lostPeer;   // engine thread: "" or which rank is gone and why
+  std::function<void(uint64_t)> finished;  // any thread: the work of tickets up to this one is done
 };
 
 // Engine thread only. Each op is queued on the device after every request's readiness event

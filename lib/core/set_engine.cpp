@@ -140,8 +140,7 @@ void SetEngine::threadMain(const std::function<Parts()> &setup, std::promise<Sta
   // Teardown in the thread that made them; no caller runs a cycle of a stopped set.
   std::lock_guard<std::mutex> lock(cycleMutex_);
   queue_.setBell(nullptr);
-  turn_->stopWaiting(id_);
-  turn_->release(id_);
+  turn_->leave(id_);
   waker_->detach();
   watch_.reset();  // its thread uses the group's presence channel
   device_.reset();
@@ -255,10 +254,12 @@ SetEngine::Cycle SetEngine::cycle(bool ownThread) {
   watch_->negotiating(++negotiations_);
   // Device work runs only while this set holds the GPU's turn on every member (DeviceTurn); the
   // set's own thread only, whose CUDA device the executor sets (a caller's is the caller's).
-  const bool deviceWork = ownThread && (!awaiting_.empty() || device_ != nullptr || cudaDevice_.load() >= 0);
-  const bool offered = deviceWork && turn_->tryTake(id_);
+  // Offered only with device work already agreed: every member has it, so every member is in this
+  // round at once and the turn is held briefly (docs/gpu.md).
+  const bool offered = ownThread && !awaiting_.empty() && turn_->offer(id_);
   Controller::Outcome outcome = controller_->negotiate(pending_, wantShutdown, offered);
   if (outcome.shutdown) {
+    if (offered) turn_->settle(id_, 0);
     stop(Status{HORA_ERR_SHUT_DOWN,
                 id_ == 0 ? "the runtime shut down (hora_shutdown on this or another rank) "
                            "before the op finished"
@@ -283,18 +284,19 @@ SetEngine::Cycle SetEngine::cycle(bool ownThread) {
     awaiting_.push_back(std::move(waiting));
   }
   execute(order_);
+  bool launched = false;
   if (outcome.deviceAgreed && !awaiting_.empty()) {
     launchAwaiting();
-    turn_->keep(id_);
+    launched = true;
   }
-  if (!deviceOps_.empty()) completeDeviceOps();  // small ops may be done already
+  if (offered) turn_->settle(id_, launched && device_ ? device_->queued() : 0);
   if (awaiting_.empty()) {
     turn_->stopWaiting(id_);
   } else {
     std::shared_ptr<Waker> waker = waker_;
     turn_->wait(id_, [waker] { waker->kick(); });
   }
-  if (offered && deviceOps_.empty()) turn_->release(id_);
+  if (!deviceOps_.empty()) completeDeviceOps();  // small ops may be done already
   watch_->idle();
   busy_ = !pending_.empty() || !awaiting_.empty();
   return agreed || !outcome.responses.empty() ? Cycle::kAgreed : Cycle::kNothing;
@@ -438,6 +440,9 @@ void SetEngine::executeOnDevice(const std::vector<Request *> &requests,
     DeviceHooks hooks;
     hooks.wake = [this] { queue_.kick(); };
     hooks.lostPeer = [this] { return watch_ != nullptr ? watch_->lostPeer() : std::string(); };
+    // The end of this set's device work gives the GPU's turn back, even while this engine waits
+    // in a negotiation (the turn outlives the executor: the process's, or the test's).
+    hooks.finished = [turn = turn_, id = id_](uint64_t ticket) { turn->finished(id, ticket); };
     device_ = parts_.fabric->deviceExecutor(parts_.group->control(), device, std::move(hooks));
   }
   const OpSpec &spec = opSpec(first.agreed.op);
@@ -516,8 +521,6 @@ void SetEngine::completeDeviceOps() {
     deviceOps_.pop_front();
   }
   deviceBusy_ = !deviceOps_.empty();
-  // The GPU is free for another set before the callers wake (no-op unless this set holds it).
-  if (deviceOps_.empty()) turn_->release(id_);
   for (DeviceOp &op : finished) finishDeviceOp(op, Status::success());
 }
 
@@ -559,8 +562,7 @@ void SetEngine::settleDeviceOps(const Status &why) {
 }
 
 void SetEngine::leaveTurn(const Status &why) {
-  turn_->stopWaiting(id_);
-  turn_->release(id_);
+  turn_->leave(id_);
   // Agreed but never launched: every member fails them alike.
   for (Awaiting &a : awaiting_) {
     if (!a.request) continue;

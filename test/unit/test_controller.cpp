@@ -78,6 +78,23 @@ TEST(Controller, ShuffledSubmissionGivesOneOrderEverywhereAndTheCacheTakesOver) 
   for (int r = 0; r < kRanks; ++r) EXPECT_EQ(rounds[static_cast<size_t>(r)], 0) << "rank " << r;
 }
 
+TEST(Controller, DeviceWorkIsAgreedOnlyWhenEveryRankOffers) {
+  constexpr int kRanks = 3;
+  ThreadGroup group(kRanks);
+  std::vector<std::vector<bool>> agreed(kRanks);
+  runRanks(kRanks, [&](int rank) {
+    ThreadControlPlane plane(group, rank);
+    Controller c(plane, 64);
+    PendingMap pending;
+    add(pending, msg("x", {4}));
+    // Round 1: rank 2 does not hold its GPU's turn; round 2: every rank does; round 3: none.
+    agreed[rank].push_back(c.negotiate(pending, false, rank != 2).deviceAgreed);
+    agreed[rank].push_back(c.negotiate(pending, false, true).deviceAgreed);
+    agreed[rank].push_back(c.negotiate(pending, false, false).deviceAgreed);
+  });
+  for (int r = 0; r < kRanks; ++r) EXPECT_EQ(agreed[r], (std::vector<bool>{false, true, false})) << "rank " << r;
+}
+
 TEST(Controller, ATensorWaitsUntilEveryRankHasSubmittedIt) {
   ThreadGroup group(2);
   runRanks(2, [&](int rank) {

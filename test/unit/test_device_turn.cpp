@@ -22,28 +22,43 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-TEST(DeviceTurn, OneSetAtATimeLowestWaitingFirstHolderDrainsForOthers) {
+TEST(DeviceTurn, OneSetAtATimeHeldWhileInFlightLowestWaitingFirst) {
   DeviceTurn turn;
-  EXPECT_TRUE(turn.tryTake(2));
-  EXPECT_FALSE(turn.tryTake(1)) << "held by set 2";
-  turn.keep(2);
-  EXPECT_TRUE(turn.tryTake(2)) << "the holder goes on while nobody waits";
+  EXPECT_TRUE(turn.offer(2));
+  EXPECT_FALSE(turn.offer(1)) << "held by set 2 for its round";
+  turn.settle(2, /*launchedThrough=*/1);
+  EXPECT_EQ(turn.holder(), 2) << "held while its work is in flight";
+  EXPECT_TRUE(turn.offer(2)) << "the holder goes on while nobody waits";
+  turn.settle(2, 2);
   int woke = 0;
   turn.wait(1, [&] { ++woke; });
-  EXPECT_FALSE(turn.tryTake(2)) << "the holder launches nothing more while set 1 waits";
-  turn.release(2);
+  EXPECT_FALSE(turn.offer(2)) << "the holder launches nothing more while set 1 waits";
+  EXPECT_FALSE(turn.offer(1));
+  turn.finished(2, 1);
+  EXPECT_EQ(turn.holder(), 2) << "ticket 2 still runs";
+  turn.finished(2, 2);  // a stream callback
+  EXPECT_EQ(turn.holder(), -1);
   EXPECT_EQ(woke, 1) << "a waiting set is woken when the turn comes free";
+  // A round that launches nothing gives the turn back at its end, and does not make its set the
+  // last holder.
+  EXPECT_TRUE(turn.offer(1));
+  turn.settle(1, 0);
+  EXPECT_EQ(turn.holder(), -1);
   turn.wait(3, nullptr);
   turn.wait(2, nullptr);
-  // Set 2 held it last: 1 and 3 come before it, the lower id first.
-  EXPECT_FALSE(turn.tryTake(2));
-  EXPECT_FALSE(turn.tryTake(3));
-  EXPECT_TRUE(turn.tryTake(1));
+  EXPECT_FALSE(turn.offer(2)) << "set 2 held it last: 1 and 3 come first";
+  EXPECT_FALSE(turn.offer(3)) << "then the lower id";
+  EXPECT_TRUE(turn.offer(1));
+  // Its work finishes before the round that launched it ends (a fast op): freed at the end.
+  turn.finished(1, 5);
+  EXPECT_EQ(turn.holder(), 1) << "pinned by its round";
+  turn.settle(1, 5);
+  EXPECT_EQ(turn.holder(), -1);
   turn.stopWaiting(1);
-  turn.release(1);  // tentative (never kept): the last holder stays 2
-  EXPECT_FALSE(turn.tryTake(2));
-  EXPECT_TRUE(turn.tryTake(3));
-  EXPECT_EQ(turn.holder(), 3);
+  EXPECT_FALSE(turn.offer(1)) << "set 1 held it last, 2 and 3 wait";
+  EXPECT_TRUE(turn.offer(2));
+  turn.leave(2);
+  EXPECT_EQ(turn.holder(), -1) << "a set that stops gives it back";
 }
 
 // A group of ranks as threads: the set's control plane, nothing else.
@@ -146,7 +161,12 @@ TEST(DeviceTurn, TwoSetsOnExclusiveGpusNeverDeadlock) {
   for (const auto &perRank : data) {
     for (const auto &d : perRank) EXPECT_EQ(d, std::vector<float>(64, 3.0f));  // 1 + 2
   }
-  for (int r = 0; r < kRanks; ++r) EXPECT_EQ(turns[r]->holder(), -1) << "the turn is given back";
+  // The last callback gives the turn back (on a driver thread, as the caller wakes).
+  for (int r = 0; r < kRanks; ++r) {
+    const auto end = Clock::now() + std::chrono::seconds(5);
+    while (turns[r]->holder() != -1 && Clock::now() < end) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_EQ(turns[r]->holder(), -1) << "the turn is given back";
+  }
   for (auto &set : engines) {
     for (auto &e : set) e->requestShutdown();
   }

@@ -278,8 +278,9 @@ class GroupCalls {
 struct Shared {
   std::mutex mutex;
   std::condition_variable cv;
-  std::function<void()> wake;  // cleared when the executor goes
-  uint64_t done = 0;           // highest ticket whose callback ran
+  std::function<void()> wake;     // cleared when the executor goes
+  std::function<void(uint64_t)> finished;  // likewise
+  uint64_t done = 0;                       // highest ticket whose callback ran
   bool executorGone = false;
   std::vector<void *> returned;  // outputs their owners dropped, for the engine to free
 };
@@ -292,12 +293,15 @@ struct Callback {
 void onStreamReached(void *arg) {
   std::unique_ptr<Callback> cb(static_cast<Callback *>(arg));
   std::function<void()> wake;
+  std::function<void(uint64_t)> finished;
   {
     std::lock_guard<std::mutex> lock(cb->shared->mutex);
     cb->shared->done = std::max(cb->shared->done, cb->ticket);
     wake = cb->shared->wake;
+    finished = cb->shared->finished;
   }
   cb->shared->cv.notify_all();
+  if (finished) finished(cb->ticket);
   if (wake) wake();
 }
 
@@ -319,6 +323,7 @@ class NcclExecutor final : public DeviceExecutor {
         share_(device),
         comm_(api, device, control.rank(), control.size(), timeoutS, setup.cancel.host) {
     shared_->wake = hooks_.wake;
+    shared_->finished = hooks_.finished;
     std::string id;
     if (control.rank() == 0) {  // the id, or why there is none (nobody waits for an id that never comes)
       try {
@@ -347,6 +352,7 @@ class NcclExecutor final : public DeviceExecutor {
     {
       std::lock_guard<std::mutex> lock(shared_->mutex);
       shared_->wake = nullptr;
+      shared_->finished = nullptr;
       shared_->executorGone = true;
       for (void *p : shared_->returned) api_.release(p, stream_);
       shared_->returned.clear();
