@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grad_step.h"
+
 int main(void) {
   if (hora_init() != HORA_SUCCESS) {
     fprintf(stderr, "hora_init: %s\n", hora_last_error());
@@ -21,17 +23,11 @@ int main(void) {
   DLTensor t = {x, {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, shape, NULL, 0};
   for (int step = 0;; ++step) {
     if (step == 20 && rank == victim) raise(stop ? SIGSTOP : SIGKILL);
-    hora_request_t req = NULL;
-    hora_status_t s = hora_allreduce_async("grad", &t, &t, HORA_OP_SUM, 1.0, 1.0, 0, &req);
-    if (s == HORA_SUCCESS) s = hora_wait(req);
+    hora_status_t s = grad_step(&t, rank, step);
     if (s != HORA_SUCCESS) {
-      fprintf(stderr, "rank %d: step %d: %s: %s\n", rank, step, hora_status_string(s),
-              hora_last_error());
-      hora_request_free(req);
       s = hora_shutdown();
       fprintf(stderr, "rank %d: hora_shutdown -> %s\n", rank, hora_status_string(s));
       return 3;
     }
-    hora_request_free(req);
   }
 }

@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "grad_step.h"
+
 int main(void) {
   if (getenv("IGNORE_SIGTERM") != NULL) signal(SIGTERM, SIG_IGN);
   if (hora_init() != HORA_SUCCESS) {
@@ -39,20 +41,11 @@ int main(void) {
       if (rank == victim) raise(SIGKILL);
     }
     for (int i = 0; i < 256; ++i) x[i] = (float)(rank + 1);
-    hora_request_t req = NULL;
-    hora_status_t s = hora_allreduce_async("grad", &t, &t, HORA_OP_SUM, 1.0, 1.0, 0, &req);
-    if (s == HORA_SUCCESS) s = hora_wait(req);
-    if (s != HORA_SUCCESS) {
-      fprintf(stderr, "rank %d: step %d: %s: %s\n", rank, step, hora_status_string(s),
-              hora_last_error());
-      hora_request_free(req);
-      return 3;
-    }
+    if (grad_step(&t, rank, step) != HORA_SUCCESS) return 3;
     const float want = (float)(hora_size() * (hora_size() + 1) / 2);
     if (x[0] != want || x[255] != want) {
       fprintf(stderr, "rank %d: step %d: got %g, want %g\n", rank, step, x[0], want);
       return 4;
     }
-    hora_request_free(req);
   }
 }

@@ -17,6 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "grad_step.h"
+
 enum { kCount = 4096 };
 
 static int env_int(const char *name, int fallback) {
@@ -59,13 +61,8 @@ int main(void) {
       if (strcmp(how, "stop") == 0) raise(SIGSTOP);
     }
     for (int i = 0; i < kCount; ++i) x[i] = (float)(rank + step + i % 7);
-    hora_request_t req = NULL;
-    hora_status_t s = hora_allreduce_async("grad", &t, &t, HORA_OP_SUM, 1.0, 1.0, 0, &req);
-    if (s == HORA_SUCCESS) s = hora_wait(req);
+    hora_status_t s = grad_step(&t, rank, step);
     if (s != HORA_SUCCESS) {
-      fprintf(stderr, "rank %d: step %d: %s: %s\n", rank, step, hora_status_string(s),
-              hora_last_error());
-      hora_request_free(req);
       if (hold_s > 0) {
         struct timespec hold = {(time_t)hold_s, (long)((hold_s - (double)(time_t)hold_s) * 1e9)};
         nanosleep(&hold, NULL);
@@ -74,7 +71,6 @@ int main(void) {
       fprintf(stderr, "rank %d: shutdown -> %s\n", rank, hora_status_string(s));
       return 3;
     }
-    hora_request_free(req);
     for (int i = 0; i < kCount; ++i) {
       const float want = (float)(size * (size - 1) / 2 + size * (step + i % 7));
       if (x[i] != want) {
