@@ -151,6 +151,9 @@ def dtypes(r, n):
     same(target, every_flags[root], "bool broadcast_")
     bits = torch.tensor([(r + k) % 2 == 1 for k in range(n)])
     same(hvd.alltoall(bits), torch.tensor([(k + r) % 2 == 1 for k in range(n)]), "bool alltoall")
+    # beyond Horovod, as hora's core reduces bool: Sum and Max are OR, Min and Product AND
+    same(hvd.allreduce(flags, op=hvd.Sum), torch.stack(every_flags).any(0), "bool Sum (or)")
+    same(hvd.allreduce(flags, op=hvd.Min), torch.stack(every_flags).all(0), "bool Min (and)")
     raises(hora.UnsupportedError, lambda: hvd.allreduce(flags), "bool Average", ("bool",))
 
 

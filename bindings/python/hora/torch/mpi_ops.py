@@ -238,6 +238,8 @@ def _reduction(tensors, op, prescale_factor, postscale_factor, process_set):
         size = _set_size(process_set)
         if size > 0:  # else an unknown set, which hora's own error names
             op, post = Sum, post / size
+    if any(t.dtype == torch.bool for t in tensors):  # sent as uint8 0/1 (_core): OR, AND
+        op = {Sum: Max, Product: Min}.get(op, op)
     return op, pre, post, scales and any(_is_integer(t) for t in tensors)
 
 
@@ -272,6 +274,29 @@ def _all(handles):
     return hora.Handle(_Requests(handles), lambda r: r.wait())
 
 
+def _core(start, tensor, *args, in_place=False):
+    """hora's start(tensor, *args) (tensor: one, or a group's list). torch cannot export bool
+    through DLPack: a bool tensor goes as its bytes, uint8 0 or 1 (hora's bool layout, which
+    Max and Min reduce as OR and AND), and its result comes back as bool."""
+    group = isinstance(tensor, list)
+    members = tensor if group else [tensor]
+    bools = [t.dtype == torch.bool for t in members]
+    if not any(bools):
+        return start(tensor, *args)
+    wire = [t.view(torch.uint8) if b else t for t, b in zip(members, bools)]
+    handle = start(wire if group else wire[0], *args)
+    if in_place:
+        return _then(handle, lambda _: tensor)
+
+    def as_bool(result):
+        if isinstance(result, tuple):  # alltoall's (output, received_splits)
+            return (as_bool(result[0]),) + result[1:]
+        if isinstance(result, list):
+            return [r.view(torch.bool) if b else r for r, b in zip(result, bools)]
+        return result.view(torch.bool)
+    return _then(handle, as_bool)
+
+
 # --- allreduce ----------------------------------------------------------------------------
 
 def _allreduce_start(tensor, in_place, op, name, prescale_factor, postscale_factor,
@@ -280,7 +305,7 @@ def _allreduce_start(tensor, in_place, op, name, prescale_factor, postscale_fact
                                      process_set)
     if not here:
         start = hora.allreduce_async_ if in_place else hora.allreduce_async
-        return start(tensor, op, pre, post, name, process_set)
+        return _core(start, tensor, op, pre, post, name, process_set, in_place=in_place)
     handle = hora.allreduce_async(_scaled(tensor, pre), op, 1.0, 1.0, name, process_set)
     if in_place:
         return _then(handle, lambda out: tensor.copy_(_scaled(out, post)))
@@ -347,7 +372,7 @@ def _grouped_allreduce_start(tensors, in_place, op, name, prescale_factor, posts
                                      process_set)
     if not here:
         start = hora.grouped_allreduce_async_ if in_place else hora.grouped_allreduce_async
-        return start(tensors, op, pre, post, name, process_set)
+        return _core(start, tensors, op, pre, post, name, process_set, in_place=in_place)
     handle = hora.grouped_allreduce_async([_scaled(t, pre) for t in tensors], op, 1.0, 1.0,
                                           name, process_set)
     if in_place:
@@ -418,7 +443,7 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
 def allgather_async(tensor, name=None, process_set=global_process_set):
     """Starts an allgather of `tensor`; synchronize(handle) returns the concatenation."""
     _check(tensor)
-    return hora.allgather_async(tensor, name, process_set)
+    return _core(hora.allgather_async, tensor, name, process_set)
 
 
 class _Allgather(torch.autograd.Function):
@@ -427,7 +452,7 @@ class _Allgather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, process_set):
         ctx.process_set, ctx.shape = process_set, tensor.shape
-        return synchronize(hora.allgather_async(tensor, name, process_set))
+        return synchronize(_core(hora.allgather_async, tensor, name, process_set))
 
     @staticmethod
     def backward(ctx, grad):
@@ -461,7 +486,7 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     the list of concatenations."""
     tensors = _check_all(tensors)
     _set_id(process_set)  # an unregistered set fails before any member is submitted
-    return _all([hora.allgather_async(t, n, process_set)
+    return _all([_core(hora.allgather_async, t, n, process_set)
                  for t, n in zip(tensors, _member_names(name, len(tensors)))])
 
 
@@ -492,15 +517,16 @@ def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set
     """Starts a broadcast of the root's `tensor` into a new tensor. root_rank is a global rank,
     also for a process set (as in Horovod)."""
     _check(tensor)
-    return hora.broadcast_async(tensor, _root_in_set(root_rank, process_set), name, process_set)
+    return _core(hora.broadcast_async, tensor, _root_in_set(root_rank, process_set), name,
+                 process_set)
 
 
 @_announces("broadcast")
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     """Starts copying the root's `tensor` into `tensor` on every rank of the set."""
     _check(tensor)
-    return hora.broadcast_async_(tensor, _root_in_set(root_rank, process_set), name,
-                                 process_set)
+    return _core(hora.broadcast_async_, tensor, _root_in_set(root_rank, process_set), name,
+                 process_set, in_place=True)
 
 
 class _Broadcast(torch.autograd.Function):
@@ -510,8 +536,8 @@ class _Broadcast(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, root_rank, name, process_set):
         ctx.root, ctx.process_set = int(root_rank), process_set
-        return synchronize(hora.broadcast_async(tensor, _root_in_set(root_rank, process_set),
-                                                name, process_set))
+        return synchronize(_core(hora.broadcast_async, tensor,
+                                 _root_in_set(root_rank, process_set), name, process_set))
 
     @staticmethod
     def backward(ctx, grad):
@@ -545,7 +571,7 @@ def _split_list(splits):
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """Starts an alltoall; synchronize(handle) gives (output, received_splits)."""
     _check(tensor)
-    return hora.alltoall_async(tensor, _split_list(splits), name, process_set)
+    return _core(hora.alltoall_async, tensor, _split_list(splits), name, process_set)
 
 
 class _Alltoall(torch.autograd.Function):
@@ -554,8 +580,8 @@ class _Alltoall(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, tensor, splits, name, process_set):
-        output, received = synchronize(hora.alltoall_async(tensor, _split_list(splits), name,
-                                                           process_set))
+        output, received = synchronize(_core(hora.alltoall_async, tensor, _split_list(splits),
+                                             name, process_set))
         ctx.received, ctx.process_set = received, process_set
         if splits is None:
             return output
@@ -584,7 +610,7 @@ def _reducescatter_start(tensor, name, op, process_set, prescale_factor, postsca
     """hora's reducescatter takes no factors: they are applied here, around its Sum."""
     op, pre, post, _ = _reduction([tensor], _op(None, op), prescale_factor, postscale_factor,
                                   process_set)
-    handle = hora.reducescatter_async(_scaled(tensor, pre), op, name, process_set)
+    handle = _core(hora.reducescatter_async, _scaled(tensor, pre), op, name, process_set)
     return handle if post == 1.0 else _then(handle, lambda out: _scaled(out, post))
 
 
