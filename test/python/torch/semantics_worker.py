@@ -3,11 +3,12 @@
 semantics, named on the command line (dtypes, integers, autograd, sets, reject, grouped).
 
 Every rank knows what every rank submits (a function of its rank), so each computes the expected
-results itself, without hora: integer rounding with Python's round() (ties to even), float16 with
+results itself, without hora: integer scaling with Python's math.trunc (as Horovod), float16 with
 numpy, bfloat16 by rounding float32 bits, gradients by running the same function on every rank's
 input in this one process under torch's autograd. Prints "rank R of N: CHECK passed: K".
 """
 
+import math
 import contextlib
 import inspect
 import os
@@ -77,9 +78,10 @@ def raises(kinds, fn, what, needles=()):
 # --- independent arithmetic ---------------------------------------------------------------------
 
 def int_scaled(values, factor, dtype):
-    """Python's exact arithmetic: values * factor rounded half to even, saturated to dtype."""
+    """Python's exact arithmetic: values * factor truncated toward zero (as Horovod's C++
+    conversion does), saturated to dtype."""
     info = torch.iinfo(dtype)
-    out = [min(max(round(v * factor), info.min), info.max) for v in values]
+    out = [min(max(math.trunc(v * factor), info.min), info.max) for v in values]
     return torch.tensor(out, dtype=dtype)
 
 
@@ -171,10 +173,10 @@ def rows_ints(k):
                                  [[1, 1], [1, -1], [-1, 0], [0, 1]])]
 
 def integers(r, n):
-    """Average and scale factors on integers: hora sums, hora.torch scales in float64, rounding
-    half to even, saturating. float16/bfloat16 reducescatter factors rounded once."""
+    """Average and scale factors on integers: hora sums, hora.torch scales in float64, truncating
+    toward zero, saturating. float16/bfloat16 reducescatter factors rounded once."""
     assert n == 2
-    # sums 1, 3, 5, -1, -3, 4: halves 0.5, 1.5, 2.5, -0.5, -1.5 round to even
+    # sums 1, 3, 5, -1, -3, 4: halves 0.5, 1.5, 2.5, -0.5, -1.5 truncate toward zero
     mine = torch.tensor(ints_of(r))
     total = [1, 3, 5, -1, -3, 4]
     with section("allreduce on integers"):
@@ -195,13 +197,13 @@ def integers(r, n):
         count = hvd.allreduce(torch.tensor(5 + 2 * r))  # Horovod scripts average counters
         same(count, torch.tensor(6), "0-d int64 Average")
 
-    # prescale applies to each rank's input before the sum: 3 * 0.5 = 1.5 -> 2 on each rank
+    # prescale applies to each rank's input before the sum: 3 * 0.5 = 1.5 -> 1 on each rank
     with section("integer scale factors"):
         three = torch.full((2,), 3, dtype=torch.int32)
         same(hvd.allreduce(three, op=hvd.Sum, prescale_factor=0.5),
-             torch.full((2,), 4, dtype=torch.int32), "prescale rounds each rank's input")
+             torch.full((2,), 2, dtype=torch.int32), "prescale truncates each rank's input")
         same(hvd.allreduce(three, op=hvd.Sum, postscale_factor=0.5),
-             torch.full((2,), 3, dtype=torch.int32), "postscale rounds the sum (6 * 0.5)")
+             torch.full((2,), 3, dtype=torch.int32), "postscale scales the sum (6 * 0.5)")
         same(hvd.allreduce(three, op=hvd.Average, prescale_factor=3.0, postscale_factor=1.0 / 3),
              int_scaled([18], 1.0 / 6, torch.int32).expand(2), "Average with both factors")
         # saturation, both ends

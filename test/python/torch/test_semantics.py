@@ -31,7 +31,7 @@ def test_dtypes():
 
 
 def test_integers():
-    """Average and scale factors on integer tensors (rounded half to even, saturated), in every
+    """Average and scale factors on integer tensors (truncated toward zero, saturated), in every
     form of allreduce and reducescatter; float16/bfloat16 reducescatter factors rounded once."""
     run("integers")
 

@@ -7,8 +7,8 @@ What hora.torch does on top of hora's collectives (docs/horovod.md says why):
 - Average is Sum with postscale_factor / (the process set's size), as in Horovod: it divides by
   the set's size even while ranks have joined.
 - Integer tensors take Average and scale factors: hora sums them, and hora.torch applies the
-  factors in float64, rounding to nearest (ties to even) and saturating to the dtype's range
-  (Horovod truncates toward zero). prescale_factor scales each rank's input, postscale_factor
+  factors in float64, truncating toward zero as Horovod does and saturating to the dtype's
+  range. prescale_factor scales each rank's input, postscale_factor
   the sum.
 - reducescatter's factors are applied here (float16 and bfloat16 multiplied in float32).
 - broadcast's root_rank is a global rank, also for a process set.
@@ -199,13 +199,13 @@ def _is_integer(t):
 
 
 def _to_integer(x, dtype):
-    """float64 x rounded to nearest (ties to even) and saturated to the integer dtype's range;
-    NaN gives 0."""
+    """float64 x truncated toward zero (Horovod's C++ conversion) and saturated to the integer
+    dtype's range; NaN gives 0."""
     info = torch.iinfo(dtype)
     top = float(info.max)
     if top > info.max:  # int64: 2**63 is past the end; the largest double below it
         top = math.nextafter(top, 0.0)
-    x = torch.round(torch.nan_to_num(x, nan=0.0))
+    x = torch.trunc(torch.nan_to_num(x, nan=0.0))
     out = x.clamp(float(info.min), top).to(dtype)
     if top < info.max:
         out.masked_fill_(x > top, info.max)
@@ -213,7 +213,7 @@ def _to_integer(x, dtype):
 
 
 def _scaled(t, factor):
-    """t * factor in t's dtype: integers through float64 (rounded half to even, saturated);
+    """t * factor in t's dtype: integers through float64 (truncated toward zero, saturated);
     float16 and bfloat16 multiplied in float32 and the product rounded to the dtype, as Horovod
     computes it (torch's half * Python float rounds the factor to half first: up to 1 ulp off);
     other floats in their own dtype."""
