@@ -53,7 +53,12 @@ void printMarkdown() {
   std::printf("| knob | default | meaning |\n|---|---|---|\n");
   for (const hora::KnobSpec &k : hora::knobTable()) {
     const std::string def = k.defaultValue[0] ? "`" + std::string(k.defaultValue) + "`" : "unset";
-    std::printf("| `%s` | %s | %s |\n", k.name, def.c_str(), k.doc);
+    std::printf("| `%s` | %s | %s |\n", k.name, def.c_str(), hora::knobDoc(k).c_str());
+  }
+  std::printf("\nHorovod variables accepted without a hora knob (`0` or `1`; `1` logs this at "
+              "`info` level):\n\n");
+  for (const hora::KnobAlias &a : hora::knobAliases()) {
+    if (a.knob == nullptr) std::printf("- `%s`: %s\n", a.name, a.doc);
   }
 }
 
@@ -64,7 +69,8 @@ void printJson() {
   for (size_t i = 0; i < table.size(); ++i) {
     const hora::KnobSpec &k = table[i];
     std::printf("  {\"name\": %s, \"default\": %s, \"doc\": %s}%s\n", jsonString(k.name).c_str(),
-                jsonString(k.defaultValue).c_str(), jsonString(plainDoc(k.doc).c_str()).c_str(),
+                jsonString(k.defaultValue).c_str(),
+                jsonString(plainDoc(hora::knobDoc(k).c_str()).c_str()).c_str(),
                 i + 1 < table.size() ? "," : "");
   }
   std::printf("]\n");
@@ -111,19 +117,31 @@ int main(int argc, char **argv) {
 #endif
 
   hora::Knobs current;
+  hora::KnobReport report;
   std::string error;
   try {
-    current = hora::Knobs::fromEnvironment();
+    current = hora::Knobs::fromEnvironment(&report);
   } catch (const hora::Error &e) {
     error = e.message();
   }
   std::printf("%-24s %-10s %-12s %s\n", "knob", "default", "current", "meaning");
   for (const hora::KnobSpec &k : hora::knobTable()) {
-    const char *set = std::getenv(k.name);
     std::string value = k.show(current);
-    if (set != nullptr) value += " (set)";
+    auto origin = report.origin.find(k.name);
+    if (origin != report.origin.end()) {
+      value += origin->second == k.name ? " (set)" : " (from " + origin->second + ")";
+    }
+    const std::string doc = plainDoc(hora::knobDoc(k).c_str());
     std::printf("%-24s %-10s %-12s %s\n", k.name, k.defaultValue[0] ? k.defaultValue : "unset",
-                value.empty() ? "unset" : value.c_str(), plainDoc(k.doc).c_str());
+                value.empty() ? "unset" : value.c_str(), doc.c_str());
+  }
+  std::printf("\nHorovod variables accepted without a hora knob:\n");
+  for (const hora::KnobAlias &a : hora::knobAliases()) {
+    if (a.knob == nullptr) std::printf("  %s: %s\n", a.name, plainDoc(a.doc).c_str());
+  }
+  if (!report.notes.empty()) std::printf("\n");
+  for (const auto &note : report.notes) {  // what hora_init would log, whatever the log level
+    std::printf("%s: %s\n", hora::logLevelName(note.first), note.second.c_str());
   }
   if (!error.empty()) {
     std::printf("\nerror: %s\n", error.c_str());

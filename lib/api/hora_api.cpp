@@ -441,9 +441,18 @@ hora_status_t hora_init(void) {
       std::lock_guard<std::mutex> lock(gEngineMutex);
       gEngine.reset();
     }
-    Knobs knobs = Knobs::fromEnvironment();
+    KnobReport report;
+    Knobs knobs = Knobs::fromEnvironment(&report);
     setLogLevel(knobs.logLevel);
-    std::shared_ptr<Engine> engine = startRuntime(knobs);
+    std::shared_ptr<Engine> engine;
+    try {
+      engine = startRuntime(knobs);
+    } catch (...) {
+      logKnobNotes(report);  // no world, no rank: a misspelt knob may be why, so every rank says it
+      throw;
+    }
+    // One copy per host: a host's ranks share their launcher's environment.
+    if (engine->topology().localRank == 0) logKnobNotes(report);
     // Registered after the first start, so it runs before any exit handler MPI registered then.
     std::call_once(gAtExitOnce, [] { std::atexit(stopAtExit); });
     std::lock_guard<std::mutex> lock(gEngineMutex);

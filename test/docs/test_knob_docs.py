@@ -32,7 +32,8 @@ def run(args, **extra_env):
 def source_names():
     """Knob names as the table's rows spell them in knobs.cpp: read without hora-info."""
     with open(KNOBS_CPP) as f:
-        return re.findall(r'^\s*\{"(HORA_[A-Z0-9_]+)",', f.read(), re.M)
+        table = f.read().split("> kTable = {", 1)[-1].split("\n};", 1)[0]
+    return re.findall(r'^\s*\{"(HORA_[A-Z0-9_]+)",', table, re.M)
 
 
 class KnobDocs(unittest.TestCase):
@@ -46,18 +47,21 @@ class KnobDocs(unittest.TestCase):
         self.assertEqual(proc.returncode, 0, "hora-info %s: %s" % (" ".join(args), proc.stderr))
         return proc.stdout
 
+    def table_rows(self):
+        """hora-info's knob table: the lines after its header, up to the first blank line."""
+        rows = self.hora_info().split("\nknob ", 1)[1].split("\n\n", 1)[0]
+        return rows.splitlines()[1:]
+
     def test_hora_info_lists_the_table(self):
-        rows = self.hora_info().split("\nknob ", 1)[1].splitlines()[1:]
-        self.assertEqual([r.split()[0] for r in rows if r.strip()], self.names)
+        self.assertEqual([r.split()[0] for r in self.table_rows()], self.names)
 
     def test_json_matches_the_table(self):
         knobs = json.loads(self.hora_info("--knobs-json"))
         self.assertEqual([k["name"] for k in knobs], self.names)
         # Defaults as hora-info's human table prints them (a second code path).
         shown = {}
-        for row in self.hora_info().split("\nknob ", 1)[1].splitlines()[1:]:
-            if row.strip():
-                shown[row.split()[0]] = row.split()[1]
+        for row in self.table_rows():
+            shown[row.split()[0]] = row.split()[1]
         for k in knobs:
             self.assertEqual(k["default"] or "unset", shown[k["name"]], k["name"])
             self.assertTrue(k["doc"] and "`" not in k["doc"], "%s: doc %r" % (k["name"], k["doc"]))
