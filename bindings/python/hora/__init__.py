@@ -10,7 +10,8 @@
 Tensors are numpy arrays, torch tensors (any dtype, bfloat16 included; CPU, or CUDA with NCCL)
 or any DLPack producer. Failures raise hora.HoraError subclasses (hora.MismatchError, ...) with
 hora's message. PyTorch users: hora.torch (Horovod's API) and hora.distributed (the "hora"
-torch.distributed backend).
+torch.distributed backend). hora.run(fn, np=N) runs a function on N local ranks and returns
+their results, as horovod.run does.
 """
 
 import atexit as _atexit
@@ -21,6 +22,7 @@ from .errors import HoraError, error_class
 from .ops import *  # noqa: F401,F403
 from .process_sets import (ProcessSet, add_process_set, global_process_set,
                            remove_process_set)
+from .run import RunError, RunTimeoutError, run  # noqa: F401  (horovod.run's counterpart)
 
 __version__ = "0.1.0"
 

@@ -28,13 +28,15 @@ class InvalidArgumentError(HoraError, ValueError):
     status = 1
 
 
-class NotInitializedError(HoraError):
-    """hora.init() has not run (or the runtime was shut down)."""
+class NotInitializedError(HoraError, ValueError):
+    """hora.init() has not run (or the runtime was shut down). Also a ValueError, the class
+    Horovod raises for it."""
     status = 2
 
 
-class DuplicateNameError(HoraError):
-    """An op of that name is already in flight on this rank."""
+class DuplicateNameError(HoraError, ValueError):
+    """An op of that name is already in flight on this rank. Also a ValueError, as Horovod's
+    "tensor with the same name" error is."""
     status = 3
 
 

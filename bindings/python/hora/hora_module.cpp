@@ -451,6 +451,7 @@ PYBIND11_MODULE(_hora, m) {
     d["mpi"] = HORA_PY_HAVE_MPI != 0;
     d["gloo"] = HORA_PY_HAVE_GLOO != 0;
     d["nccl"] = HORA_PY_HAVE_NCCL != 0;
+    d["nccl_version"] = HORA_PY_NCCL_VERSION;  // NCCL_VERSION_CODE built against; 0 without NCCL
     return d;
   });
   m.def("status_string", [](int status) {

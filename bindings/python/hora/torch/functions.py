@@ -7,7 +7,7 @@ import pickle
 
 import torch
 
-from hora import global_process_set
+from hora import ProcessSet, global_process_set
 
 from .mpi_ops import allgather, broadcast_, broadcast_async_, synchronize
 
@@ -64,16 +64,45 @@ class _TensorSlot:
         self.index, self.shape, self.dtype = index, shape, dtype
 
 
-def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_set):
+def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=global_process_set):
     """Makes every rank's optimizer state (per-parameter state such as momentum buffers and
     step counts, and the param_groups' options such as lr) the root's.
 
+    As in Horovod: when the root's optimizer has no state yet, every rank first initializes its
+    own by one step with zero gradients (so that e.g. Adam's buffers exist and its step counts
+    run as Horovod's); afterwards every parameter that requires a gradient has a .grad (zeros
+    where it had none; sparse for SparseAdam, and for SGD on the sparse embeddings of `model`).
+    Gradients a parameter already had are kept.
+
     The root's state_dict travels as a skeleton (its scalars, and each tensor's shape and
     dtype); the tensors themselves go by hora broadcasts into buffers of that shape, so ranks
-    whose optimizer has not stepped yet (empty state) receive the root's too."""
+    whose optimizer has not stepped yet (empty state) receive the root's too. `process_set`
+    (hora's addition; also accepted in `model`'s place) limits it to the ranks of a set."""
+    if isinstance(model, ProcessSet):
+        model, process_set = None, model
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("hora.torch.broadcast_optimizer_state: LBFGS keeps no broadcastable "
                          "state; broadcast the parameters instead")
+    params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
+    sparse = _sparse_parameters(optimizer, model)
+    root_empty = torch.tensor([int(len(optimizer.state_dict()["state"]) == 0)], dtype=torch.int64)
+    broadcast_(root_empty, root_rank, "broadcast.optimizer.empty", process_set)
+    if int(root_empty):
+        kept = [p.grad for p in params]
+        for p in params:
+            p.grad = _zeros_for(p, sparse)
+        if getattr(optimizer, "_hora_distributed", False):
+            # the wrapped optimizer's own step: no gradient reduction (this is no training step)
+            super(type(optimizer), optimizer).step()
+        else:
+            optimizer.step()
+        for p, grad in zip(params, kept):
+            if grad is not None:
+                p.grad = grad
+    for p in params:
+        if p.grad is None:
+            p.grad = _zeros_for(p, sparse)
+
     mine = []
     skeleton = _tensor_skeleton(optimizer.state_dict(), mine)
     skeleton = broadcast_object(skeleton, root_rank, "broadcast.optimizer.skeleton", process_set)
@@ -92,6 +121,24 @@ def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_s
     for h in handles:
         synchronize(h)
     optimizer.load_state_dict(_fill_skeleton(skeleton, buffers))
+
+
+def _sparse_parameters(optimizer, model):
+    """Ids of the parameters whose zero gradient must be sparse (Horovod's rule)."""
+    if isinstance(optimizer, torch.optim.SparseAdam):
+        return {id(p) for group in optimizer.param_groups for p in group["params"]}
+    if model is None or not isinstance(optimizer, torch.optim.SGD):
+        return set()
+    return {id(p) for m in model.modules()
+            if isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag)) and m.sparse
+            for p in m.parameters()}
+
+
+def _zeros_for(p, sparse):
+    zeros = torch.zeros_like(p, memory_format=torch.contiguous_format)
+    # every dimension sparse, as Horovod's (torch's SparseAdam cannot step on an empty
+    # gradient with dense dimensions)
+    return zeros.to_sparse() if id(p) in sparse else zeros
 
 
 def _collect_slots(obj, out):
