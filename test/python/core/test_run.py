@@ -53,10 +53,10 @@ def test_results_in_rank_order():
         total = hora.allreduce(np.full(3, r + 1.0), op=hora.Sum)
         rows = hora.allgather(np.full((r + 1, 2), r, dtype=np.int32))
         return {"rank": r, "size": n, "total": total * scale + offset, "rows": rows,
-                "label": label, "extra": os.environ.get("HORA_RUN_EXTRA")}
+                "label": label, "extra": os.environ.get("HORA_TEST_RUN_EXTRA")}
 
     results = hora.run(work, args=(2.0,), kwargs={"label": "L"}, np=3,
-                       env=dict(QUIET, HORA_RUN_EXTRA="passed"), timeout=harness.scaled(60))
+                       env=dict(QUIET, HORA_TEST_RUN_EXTRA="passed"), timeout=harness.scaled(60))
     assert [res["rank"] for res in results] == [0, 1, 2]
     want_rows = np.concatenate([np.full((k + 1, 2), k, dtype=np.int32) for k in range(3)])
     for res in results:

@@ -25,7 +25,7 @@ checks = 0
 TIME_SCALE = max(1.0, float(os.environ.get("HORA_TEST_TIME_SCALE") or 1))
 
 
-KEEP_GOING = os.environ.get("HORA_SEMANTICS_KEEP_GOING") == "1"  # by hand: list every failure
+KEEP_GOING = os.environ.get("HORA_TEST_KEEP_GOING") == "1"  # by hand: list every failure
 
 
 def check(condition, what):
@@ -39,7 +39,7 @@ def check(condition, what):
 
 @contextlib.contextmanager
 def section(what):
-    """A part of a check whose error, with HORA_SEMANTICS_KEEP_GOING=1, is printed and passed
+    """A part of a check whose error, with HORA_TEST_KEEP_GOING=1, is printed and passed
     over (every rank runs the same parts, so they stay in step)."""
     try:
         yield
