@@ -241,8 +241,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def step(self, closure=None):
         if self._should_synchronize:
             if self._synchronized:
-                warnings.warn("optimizer.step() after optimizer.synchronize() outside "
-                              "optimizer.skip_synchronize(): the gradients are reduced twice")
+                # the first words are Horovod's: scripts and tests filter warnings on them
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() "
+                              "context after optimizer.synchronize(): the gradients are reduced "
+                              "a second time; step inside optimizer.skip_synchronize()")
             self.synchronize()
         self._synchronized = False
         return super(self.__class__, self).step(closure)
