@@ -72,6 +72,12 @@ HORA_API int hora_cross_size(void);
 /* name: matching key across ranks; NULL = auto-named by call order within the process set.
    input/output: DLTensor, contiguous (strides NULL or compact), CPU (kDLCPU) or CUDA (kDLCUDA);
    output may be input (in place). process_set: 0 = all ranks.
+   dtypes (lanes 1): uint8, int8, int16, int32, int64 (kDLUInt/kDLInt), float16, float32, float64
+   (kDLFloat), bfloat16 (kDLBfloat 16) and bool (DLPack type code 6, kDLBool, 8 bits: any nonzero
+   byte is true). Integers reduce with wrap-around; bool's SUM and MAX are logical OR, MIN and
+   PRODUCT logical AND, and every reduced byte is 0 or 1. AVERAGE and scale factors other than 1
+   take floating dtypes only (HORA_ERR_UNSUPPORTED otherwise). On CUDA, int16 moves (broadcast,
+   allgather, alltoall) but does not reduce: NCCL has no 16-bit integer (HORA_ERR_UNSUPPORTED).
    The tensors' memory must stay valid and untouched until the request completes. Non-blocking:
    on success *request_p is a new request; on failure nothing was enqueued. */
 HORA_API hora_status_t hora_allreduce_async(const char *name, const DLTensor *input,

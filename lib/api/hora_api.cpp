@@ -120,6 +120,7 @@ bool dtypeFromDl(DLDataType t, DType *out) {
       return false;
     case kDLInt:
       if (t.bits == 8) { *out = DType::kInt8; return true; }
+      if (t.bits == 16) { *out = DType::kInt16; return true; }
       if (t.bits == 32) { *out = DType::kInt32; return true; }
       if (t.bits == 64) { *out = DType::kInt64; return true; }
       return false;
@@ -130,6 +131,9 @@ bool dtypeFromDl(DLDataType t, DType *out) {
       return false;
     case kDLBfloat:
       if (t.bits == 16) { *out = DType::kBFloat16; return true; }
+      return false;
+    case kDLBoolCode:
+      if (t.bits == 8) { *out = DType::kBool; return true; }
       return false;
     default: return false;
   }
@@ -166,8 +170,8 @@ Parsed parseTensor(const Call &call, const char *role, const DLTensor *t) {
   if (!dtypeFromDl(t->dtype, &p.dtype)) {
     bad("dtype (code ", int(t->dtype.code), ", bits ", int(t->dtype.bits), ", lanes ",
         t->dtype.lanes,
-        ") is not supported; hora supports uint8, int8, int32, int64, float16, bfloat16, "
-        "float32 and float64 with lanes 1");
+        ") is not supported; hora supports uint8, int8, int16, int32, int64, float16, "
+        "bfloat16, float32, float64 and bool (8 bits) with lanes 1");
   }
   const int64_t esize = static_cast<int64_t>(dtypeSize(p.dtype));
   p.numel = 1;
@@ -243,7 +247,8 @@ int rawOp(const hora_reduce_op_t *op) {
   return v;
 }
 
-void checkOp(const Call &call, int op, DType dtype, double prescale, double postscale) {
+void checkOp(const Call &call, int op, DType dtype, Device device, double prescale,
+             double postscale) {
   if (op < HORA_OP_SUM || op > HORA_OP_PRODUCT) {
     HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call.where(), ": reduce op ", op,
                " is not one of HORA_OP_SUM..HORA_OP_PRODUCT");
@@ -251,6 +256,22 @@ void checkOp(const Call &call, int op, DType dtype, double prescale, double post
   if (!std::isfinite(prescale) || !std::isfinite(postscale)) {
     HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call.where(), ": prescale ", prescale, " and postscale ",
                postscale, " must be finite");
+  }
+  if (dtype == DType::kBool) {
+    if (op == HORA_OP_AVERAGE) {
+      HORA_THROW(HORA_ERR_UNSUPPORTED, call.where(), ": AVERAGE is not supported on bool (SUM "
+                 "and MAX reduce bool as logical OR, MIN and PRODUCT as logical AND)");
+    }
+    if (prescale != 1.0 || postscale != 1.0) {
+      HORA_THROW(HORA_ERR_UNSUPPORTED, call.where(), ": prescale/postscale (", prescale, ", ",
+                 postscale, ") are not supported on bool; scale factors apply to "
+                 "floating-point tensors only");
+    }
+  }
+  if (dtype == DType::kInt16 && !device.isCpu()) {
+    HORA_THROW(HORA_ERR_UNSUPPORTED, call.where(), ": int16 on ", device.str(),
+               " cannot be reduced: NCCL has no 16-bit integer type (reduce it as int32, or on "
+               "the CPU)");
   }
   if (!isFloating(dtype)) {
     if (op == HORA_OP_AVERAGE) {
@@ -417,7 +438,7 @@ void allreduceImpl(const char *name, int n, const DLTensor *inputs, DLTensor *ou
     msg.shapes.push_back(std::move(in.shape));
   }
   checkAllreduceOverlaps(call, tensors, msg.dtype);
-  checkOp(call, op, msg.dtype, prescale, postscale);
+  checkOp(call, op, msg.dtype, msg.device, prescale, postscale);
   msg.reduceOp = static_cast<ReduceOp>(op);
   msg.prescale = prescale;
   msg.postscale = postscale;
@@ -591,7 +612,7 @@ hora_status_t hora_reducescatter_async(const char *name, const DLTensor *input,
     Call call = makeCall(*engine, OpType::kReducescatter, name, process_set);
     checkRequestPtr(call, request_p);
     Parsed t = parseRowsTensor(call, input);
-    checkOp(call, opv, t.dtype, 1.0, 1.0);
+    checkOp(call, opv, t.dtype, t.device, 1.0, 1.0);
     RequestMsg msg;
     msg.dtype = t.dtype;
     msg.device = t.device;

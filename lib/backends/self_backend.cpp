@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "backends/registry.h"
+#include "core/kernels.h"
 
 namespace hora {
 namespace {
@@ -16,7 +17,7 @@ class SelfBackend final : public Backend {
     return kCaps;
   }
   void allreduce(const void *in, void *out, int64_t count, DType dtype, ReduceOp) override {
-    copy(out, in, static_cast<size_t>(count) * dtypeSize(dtype));
+    reduceOne(in, out, count, dtype);
   }
   void broadcast(void *, int64_t, int) override {}
   void allgatherv(const void *in, void *out, const std::vector<int64_t> &bytesPerRank) override {
@@ -28,10 +29,18 @@ class SelfBackend final : public Backend {
   }
   void reducescatter(const void *in, void *out, const std::vector<int64_t> &counts, DType dtype,
                      ReduceOp) override {
-    copy(out, in, static_cast<size_t>(counts.at(0)) * dtypeSize(dtype));
+    reduceOne(in, out, counts.at(0), dtype);
   }
 
  private:
+  // A reduction over one rank: the input itself, bool as 0 or 1 as on every other backend.
+  static void reduceOne(const void *in, void *out, int64_t count, DType dtype) {
+    if (dtype == DType::kBool) {
+      normalizeBools(out, in, count);
+    } else {
+      copy(out, in, static_cast<size_t>(count) * dtypeSize(dtype));
+    }
+  }
   static void copy(void *dst, const void *src, size_t n) {
     if (n != 0 && dst != src) std::memmove(dst, src, n);
   }

@@ -12,7 +12,9 @@ namespace hora {
 size_t dtypeSize(DType t) {
   switch (t) {
     case DType::kUInt8:
-    case DType::kInt8: return 1;
+    case DType::kInt8:
+    case DType::kBool: return 1;
+    case DType::kInt16:
     case DType::kFloat16:
     case DType::kBFloat16: return 2;
     case DType::kInt32:
@@ -28,12 +30,14 @@ const char *dtypeName(DType t) {
   switch (t) {
     case DType::kUInt8: return "uint8";
     case DType::kInt8: return "int8";
+    case DType::kInt16: return "int16";
     case DType::kInt32: return "int32";
     case DType::kInt64: return "int64";
     case DType::kFloat16: return "float16";
     case DType::kBFloat16: return "bfloat16";
     case DType::kFloat32: return "float32";
     case DType::kFloat64: return "float64";
+    case DType::kBool: return "bool";
   }
   // Names end up in error messages, often ones about this very value, so never throw here.
   return "invalid";

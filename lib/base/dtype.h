@@ -8,7 +8,8 @@
 
 namespace hora {
 
-// The eight DLPack types hora supports (lanes 1). The numeric values travel on the wire.
+// The DLPack types hora supports (lanes 1). The numeric values travel on the wire: a new type
+// takes the next value, never an existing one.
 enum class DType : uint8_t {
   kUInt8 = 0,
   kInt8 = 1,
@@ -18,8 +19,16 @@ enum class DType : uint8_t {
   kBFloat16 = 5,
   kFloat32 = 6,
   kFloat64 = 7,
+  kInt16 = 8,
+  // DLPack kDLBool, 8 bits (torch.bool, numpy.bool_): any nonzero byte reads as true; hora's
+  // reductions write 0 or 1. SUM and MAX are logical OR, MIN and PRODUCT logical AND.
+  kBool = 9,
 };
-constexpr int kNumDTypes = 8;
+constexpr int kNumDTypes = 10;
+
+// DLPack's type code for bool (kDLBool from dlpack.h 0.8 on; the 0.6 header hora builds against
+// may lack the name, the value is fixed by the DLPack ABI).
+constexpr uint8_t kDLBoolCode = 6;
 
 size_t dtypeSize(DType t);
 const char *dtypeName(DType t);  // "float32", "bfloat16", ...

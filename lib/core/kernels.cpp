@@ -197,6 +197,18 @@ struct MaxOp {
   }
 };
 
+// bool (one byte, any nonzero byte true): OR for sum and max, AND for min and product, and the
+// result always 0 or 1, whatever nonzero bytes came in.
+struct BoolOrOp {
+  static uint8_t apply(uint8_t a, uint8_t b) { return static_cast<uint8_t>((a | b) != 0); }
+};
+
+struct BoolAndOp {
+  static uint8_t apply(uint8_t a, uint8_t b) {
+    return static_cast<uint8_t>((a != 0) & (b != 0));
+  }
+};
+
 // ---- loops --------------------------------------------------------------------------------------
 // At -O2 GCC 12 vectorises only loops whose trip count is a known multiple of the vector width (the
 // "very-cheap" cost model), so every loop runs over fixed blocks of kBlock elements and then one
@@ -368,6 +380,15 @@ void fillPlain(kernels_detail::KernelTable &k, DType t) {
   }
 }
 
+void fillBool(kernels_detail::KernelTable &k) {
+  auto &row = k.reduce[slot(DType::kBool)];
+  row[static_cast<int>(ReduceOp::kSum)] = &reduceLoop<BoolOrOp, uint8_t>;
+  row[static_cast<int>(ReduceOp::kAverage)] = &reduceLoop<BoolOrOp, uint8_t>;
+  row[static_cast<int>(ReduceOp::kMax)] = &reduceLoop<BoolOrOp, uint8_t>;
+  row[static_cast<int>(ReduceOp::kMin)] = &reduceLoop<BoolAndOp, uint8_t>;
+  row[static_cast<int>(ReduceOp::kProduct)] = &reduceLoop<BoolAndOp, uint8_t>;
+}
+
 template <typename Codec>
 void fill16(kernels_detail::KernelTable &k, DType t) {
   fillOps(k.reduce[slot(t)], [](auto op) { return &reduceLoop16<decltype(op), Codec>; });
@@ -523,12 +544,14 @@ void fillScalarTable(KernelTable &k) {
   k.stream = &streamPortable;
   fillPlain<uint8_t>(k, DType::kUInt8);
   fillPlain<int8_t>(k, DType::kInt8);
+  fillPlain<int16_t>(k, DType::kInt16);
   fillPlain<int32_t>(k, DType::kInt32);
   fillPlain<int64_t>(k, DType::kInt64);
   fillPlain<float>(k, DType::kFloat32);
   fillPlain<double>(k, DType::kFloat64);
   fill16<HalfCodec>(k, DType::kFloat16);
   fill16<BFloat16Codec>(k, DType::kBFloat16);
+  fillBool(k);
 }
 
 const char *isaName(Isa isa) {
@@ -615,6 +638,14 @@ void reduceWidenedInto(float *dst, const void *src, int64_t count, DType dtype, 
   const KernelTable &k = active();
   const auto row = factor == 1.0 ? k.reduceWidenedUnscaled : k.reduceWidened;
   row[slot(dtype)][static_cast<int>(op)](dst, src, count, factor);
+}
+
+void normalizeBools(void *dst, const void *src, int64_t count) {
+  checkCount("normalizeBools", count);
+  auto *d = static_cast<uint8_t *>(dst);
+  const auto *s = static_cast<const uint8_t *>(src);
+  // No restrict: dst may be src. Byte loads and stores in order, so in place is exact.
+  for (int64_t i = 0; i < count; ++i) d[i] = static_cast<uint8_t>(s[i] != 0);
 }
 
 void copyBytes(void *dst, const void *src, size_t bytes) {

@@ -43,7 +43,9 @@ void widenToFloat(const void *src, float *dst, int64_t count, DType dtype, doubl
 void narrowFromFloat(const float *src, void *dst, int64_t count, DType dtype, double factor);
 
 // dst[i] = dst[i] op src[i]. kAverage reduces as kSum (the caller divides). float16/bfloat16
-// compute in float32 and round once per element.
+// compute in float32 and round once per element. bool: kSum and kMax are logical OR, kMin and
+// kProduct logical AND (kAverage: OR, as kSum; the C API refuses it); a nonzero byte in either
+// operand reads as true and every result is 0 or 1.
 void reduceInto(void *dst, const void *src, int64_t count, DType dtype, ReduceOp op);
 
 // dst[i] = dst[i] op (float(src[i]) * factor): a float32 accumulator takes a float16 or bfloat16
@@ -59,6 +61,11 @@ void reduceWidenedInto(float *dst, const void *src, int64_t count, DType dtype, 
 // reduces as kSum.
 void reduceScaledInto(void *dst, const void *src, int64_t count, DType dtype, ReduceOp op,
                       double factor);
+
+// dst[i] = (src[i] != 0) for `count` bool bytes; dst may be src. A backend whose transport
+// reduces bool as uint8 (MPI_MAX / MPI_MIN, ncclMax / ncclMin) gets the right truth values from
+// any bytes, but only 0/1 inputs keep the results 0 or 1: it normalizes its input first.
+void normalizeBools(void *dst, const void *src, int64_t count);
 
 // memcpy for buffers that do not overlap, by vector loads and stores, never `rep movsb`. glibc
 // 2.36's memcpy copies blocks above a few KiB with `rep movsb`, which on the AMD EPYC (Zen 4) of

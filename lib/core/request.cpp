@@ -68,12 +68,14 @@ void *Request::describeOutput(void *data, const Shape &shape) {
   switch (msg_.dtype) {
     case DType::kUInt8: output_.dtype = {kDLUInt, 8, 1}; break;
     case DType::kInt8: output_.dtype = {kDLInt, 8, 1}; break;
+    case DType::kInt16: output_.dtype = {kDLInt, 16, 1}; break;
     case DType::kInt32: output_.dtype = {kDLInt, 32, 1}; break;
     case DType::kInt64: output_.dtype = {kDLInt, 64, 1}; break;
     case DType::kFloat16: output_.dtype = {kDLFloat, 16, 1}; break;
     case DType::kBFloat16: output_.dtype = {kDLBfloat, 16, 1}; break;
     case DType::kFloat32: output_.dtype = {kDLFloat, 32, 1}; break;
     case DType::kFloat64: output_.dtype = {kDLFloat, 64, 1}; break;
+    case DType::kBool: output_.dtype = {kDLBoolCode, 8, 1}; break;
   }
   hasOutput_ = true;
   return output_.data;

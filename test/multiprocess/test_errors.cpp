@@ -379,8 +379,9 @@ TEST(BadArguments, AllreduceRejectsEachAtSubmission) {
                              std::to_string(dt.bits) + " lanes " + std::to_string(dt.lanes);
     expectRejected(what, ar("bad.dtype", &t, &t), req);
   }
-  // Real DLPack types outside the supported eight: refusing them as unsupported is also fair.
-  const DLDataType otherTypes[] = {{kDLInt, 16, 1}, {kDLUInt, 32, 1}, {kDLUInt, 64, 1}};
+  // Real DLPack types outside the supported ten: refusing them as unsupported is also fair.
+  // (6 is kDLBool, which hora takes at 8 bits only.)
+  const DLDataType otherTypes[] = {{kDLUInt, 16, 1}, {kDLUInt, 32, 1}, {kDLUInt, 64, 1}, {6, 16, 1}};
   for (const DLDataType &dt : otherTypes) {
     DLTensor t = variant([&](DLTensor &x) { x.dtype = dt; });
     const std::string what = "unsupported dtype code " + std::to_string(dt.code) + " bits " +

@@ -255,7 +255,8 @@ void storeF(char *base, size_t i, DType t, double v) {
 
 int64_t loadI(const char *base, size_t i, DType t) {
   switch (t) {
-    case DType::kUInt8: return static_cast<uint8_t>(base[i]);
+    case DType::kUInt8:
+    case DType::kBool: return static_cast<uint8_t>(base[i]);  // bool: ncclUint8 on a GPU
     case DType::kInt8: return static_cast<int8_t>(base[i]);
     case DType::kInt32: {
       int32_t v;
@@ -274,6 +275,7 @@ int64_t loadI(const char *base, size_t i, DType t) {
 void storeI(char *base, size_t i, DType t, uint64_t bits) {
   switch (t) {
     case DType::kUInt8:
+    case DType::kBool:
     case DType::kInt8: base[i] = static_cast<char>(static_cast<uint8_t>(bits)); break;
     case DType::kInt32: {
       const uint32_t v = static_cast<uint32_t>(bits);

@@ -138,6 +138,7 @@ TEST(DType, SizesNamesAndKinds) {
       {DType::kInt32, 4, "int32", false},    {DType::kInt64, 8, "int64", false},
       {DType::kFloat16, 2, "float16", true}, {DType::kBFloat16, 2, "bfloat16", true},
       {DType::kFloat32, 4, "float32", true}, {DType::kFloat64, 8, "float64", true},
+      {DType::kInt16, 2, "int16", false},    {DType::kBool, 1, "bool", false},
   };
   ASSERT_EQ(sizeof rows / sizeof rows[0], static_cast<size_t>(kNumDTypes));
   for (const Row &r : rows) {
@@ -156,18 +157,24 @@ TEST(DType, WireValuesAreFixed) {
   EXPECT_EQ(static_cast<int>(DType::kBFloat16), 5);
   EXPECT_EQ(static_cast<int>(DType::kFloat32), 6);
   EXPECT_EQ(static_cast<int>(DType::kFloat64), 7);
+  EXPECT_EQ(static_cast<int>(DType::kInt16), 8);
+  EXPECT_EQ(static_cast<int>(DType::kBool), 9);
+  EXPECT_EQ(kNumDTypes, 10);
+  EXPECT_EQ(kDLBoolCode, 6);  // DLPack's kDLBool
 }
 
 TEST(DType, IsValidDType) {
   for (int raw = 0; raw < 256; ++raw) {
-    EXPECT_EQ(isValidDType(static_cast<uint8_t>(raw)), raw < 8) << raw;
+    EXPECT_EQ(isValidDType(static_cast<uint8_t>(raw)), raw < 10) << raw;
   }
-  EXPECT_FALSE(isValidDType(8));
+  EXPECT_TRUE(isValidDType(8));   // int16
+  EXPECT_TRUE(isValidDType(9));   // bool
+  EXPECT_FALSE(isValidDType(10));
   EXPECT_FALSE(isValidDType(255));
 }
 
 TEST(DType, InvalidValues) {
-  for (int raw : {8, 100, 255}) {
+  for (int raw : {10, 100, 255}) {
     const auto t = static_cast<DType>(raw);
     EXPECT_THROW(dtypeSize(t), hora::Error) << raw;
     EXPECT_STREQ(dtypeName(t), "invalid");

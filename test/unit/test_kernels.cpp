@@ -42,8 +42,10 @@ const int64_t kLengths[] = {0, 1, 7, 1000003};
 const int64_t kShortLengths[] = {0, 1, 7, 100003};
 const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax,
                          ReduceOp::kProduct};
-const DType kAllDTypes[] = {DType::kUInt8,   DType::kInt8,     DType::kInt32,   DType::kInt64,
-                            DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64};
+const DType kAllDTypes[] = {DType::kUInt8,    DType::kInt8,    DType::kInt16,
+                            DType::kInt32,    DType::kInt64,   DType::kFloat16,
+                            DType::kBFloat16, DType::kFloat32, DType::kFloat64,
+                            DType::kBool};
 
 uint32_t bitsOf(float f) {
   uint32_t u;
@@ -62,7 +64,7 @@ float floatOf(uint32_t u) {
 // match. 16-bit floats go through the scalar converters of base/dtype.h, which test_dtype checks
 // against an independent reference; the kernels use their own vectorisable conversions.
 
-enum class Kind { kInt, kFloat, kHalf, kBf16 };
+enum class Kind { kInt, kFloat, kHalf, kBf16, kBool };
 
 template <typename Storage, Kind K>
 struct TraitsOf {
@@ -76,6 +78,8 @@ struct Traits<DType::kUInt8> : TraitsOf<uint8_t, Kind::kInt> {};
 template <>
 struct Traits<DType::kInt8> : TraitsOf<int8_t, Kind::kInt> {};
 template <>
+struct Traits<DType::kInt16> : TraitsOf<int16_t, Kind::kInt> {};
+template <>
 struct Traits<DType::kInt32> : TraitsOf<int32_t, Kind::kInt> {};
 template <>
 struct Traits<DType::kInt64> : TraitsOf<int64_t, Kind::kInt> {};
@@ -87,6 +91,8 @@ template <>
 struct Traits<DType::kFloat32> : TraitsOf<float, Kind::kFloat> {};
 template <>
 struct Traits<DType::kFloat64> : TraitsOf<double, Kind::kFloat> {};
+template <>
+struct Traits<DType::kBool> : TraitsOf<uint8_t, Kind::kBool> {};
 
 template <DType D>
 float widen(uint16_t v) {
@@ -128,10 +134,26 @@ S refIntOp(ReduceOp op, S a, S b) {
   return a;
 }
 
+// bool: a byte is true when it is not zero; sum and max are "any", min and product "all"; the
+// result is the byte 1 or 0.
+uint8_t refBoolOp(ReduceOp op, uint8_t a, uint8_t b) {
+  const bool x = a != 0, y = b != 0;
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAverage:
+    case ReduceOp::kMax: return (x || y) ? 1 : 0;
+    case ReduceOp::kMin:
+    case ReduceOp::kProduct: return (x && y) ? 1 : 0;
+  }
+  return 0xee;
+}
+
 template <DType D>
 typename Traits<D>::S refOp(ReduceOp op, typename Traits<D>::S a, typename Traits<D>::S b) {
   constexpr Kind kind = Traits<D>::kind;
-  if constexpr (kind == Kind::kInt) {
+  if constexpr (kind == Kind::kBool) {
+    return refBoolOp(op, a, b);
+  } else if constexpr (kind == Kind::kInt) {
     return refIntOp(op, a, b);
   } else if constexpr (kind == Kind::kFloat) {
     return refFloatOp(op, a, b);
@@ -143,7 +165,7 @@ typename Traits<D>::S refOp(ReduceOp op, typename Traits<D>::S a, typename Trait
 template <DType D>
 bool isNanValue(typename Traits<D>::S v) {
   constexpr Kind kind = Traits<D>::kind;
-  if constexpr (kind == Kind::kInt) {
+  if constexpr (kind == Kind::kInt || kind == Kind::kBool) {
     return false;
   } else if constexpr (kind == Kind::kFloat) {
     return std::isnan(v);
@@ -157,7 +179,7 @@ bool isNanValue(typename Traits<D>::S v) {
 template <DType D>
 bool matches(ReduceOp op, typename Traits<D>::S want, typename Traits<D>::S got) {
   constexpr Kind kind = Traits<D>::kind;
-  if constexpr (kind == Kind::kInt) {
+  if constexpr (kind == Kind::kInt || kind == Kind::kBool) {
     return want == got;
   } else {
     if (isNanValue<D>(want) || isNanValue<D>(got)) return isNanValue<D>(want) && isNanValue<D>(got);
@@ -174,7 +196,7 @@ bool matches(ReduceOp op, typename Traits<D>::S want, typename Traits<D>::S got)
 
 template <DType D>
 std::string show(typename Traits<D>::S v) {
-  if constexpr (Traits<D>::kind == Kind::kInt) {
+  if constexpr (Traits<D>::kind == Kind::kInt || Traits<D>::kind == Kind::kBool) {
     return std::to_string(static_cast<int64_t>(v));
   } else if constexpr (Traits<D>::kind == Kind::kFloat) {
     return std::to_string(v);
@@ -193,6 +215,13 @@ typename Traits<D>::S randomValue(std::mt19937_64 &rng) {
   constexpr Kind kind = Traits<D>::kind;
   if constexpr (kind == Kind::kInt) {
     return static_cast<S>(rng());
+  } else if constexpr (kind == Kind::kBool) {
+    // Half false; the true ones mostly 1, the rest any other nonzero byte (what a caller's
+    // uint8 view of its flags may hold), which must read as true and come out as 1.
+    const uint64_t r = rng();
+    if (r % 4 < 2) return 0;
+    if (r % 4 == 2) return 1;
+    return static_cast<S>(2 + (r >> 8) % 254);
   } else if constexpr (kind == Kind::kHalf || kind == Kind::kBf16) {
     // Any bit pattern is a meaningful value: every class shows up by itself.
     return static_cast<S>(rng());
@@ -377,12 +406,14 @@ void dispatch(DType t, Args... args) {
   switch (t) {
     case DType::kUInt8: return Fn<DType::kUInt8>::run(args...);
     case DType::kInt8: return Fn<DType::kInt8>::run(args...);
+    case DType::kInt16: return Fn<DType::kInt16>::run(args...);
     case DType::kInt32: return Fn<DType::kInt32>::run(args...);
     case DType::kInt64: return Fn<DType::kInt64>::run(args...);
     case DType::kFloat16: return Fn<DType::kFloat16>::run(args...);
     case DType::kBFloat16: return Fn<DType::kBFloat16>::run(args...);
     case DType::kFloat32: return Fn<DType::kFloat32>::run(args...);
     case DType::kFloat64: return Fn<DType::kFloat64>::run(args...);
+    case DType::kBool: return Fn<DType::kBool>::run(args...);
   }
   FAIL() << "bad dtype";
 }
@@ -442,6 +473,90 @@ TEST_P(KernelIsaTest, IntegersWrap) {
   EXPECT_EQ(a64[2], 2);
 }
 
+// int16: values past int8's range, and the wrap at its own.
+TEST_P(KernelIsaTest, Int16ReducesAndWraps) {
+  int16_t a[] = {300, -300, 32767, -32768, 200, -7, 1000, 12345};
+  const int16_t b[] = {500, 200, 1, -1, 200, 3, -1000, -12345};
+  int16_t sum[8], mn[8], mx[8], prod[8];
+  std::copy(std::begin(a), std::end(a), sum);
+  std::copy(std::begin(a), std::end(a), mn);
+  std::copy(std::begin(a), std::end(a), mx);
+  std::copy(std::begin(a), std::end(a), prod);
+  reduceInto(sum, b, 8, DType::kInt16, ReduceOp::kSum);
+  reduceInto(mn, b, 8, DType::kInt16, ReduceOp::kMin);
+  reduceInto(mx, b, 8, DType::kInt16, ReduceOp::kMax);
+  reduceInto(prod, b, 8, DType::kInt16, ReduceOp::kProduct);
+  const int16_t wantSum[] = {800, -100, -32768, 32767, 400, -4, 0, 0};
+  const int16_t wantMin[] = {300, -300, 1, -32768, 200, -7, -1000, -12345};
+  const int16_t wantMax[] = {500, 200, 32767, -1, 200, 3, 1000, 12345};
+  // 300 * 500 = 150000 = 2 * 65536 + 18928; -300 * 200 = -60000 = -65536 + 5536;
+  // 32767 * 1; -32768 * -1 = 32768 wraps to -32768; 40000 - 65536 = -25536; -21;
+  // -1000000 = -16 * 65536 + 48576 -> 48576 - 65536 = -16960;
+  // -152399025 = -2326 * 65536 + 37711 -> 37711 - 65536 = -27825.
+  const int16_t wantProd[] = {18928, 5536, 32767, -32768, -25536, -21, -16960, -27825};
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(sum[i], wantSum[i]) << "sum " << i;
+    EXPECT_EQ(mn[i], wantMin[i]) << "min " << i;
+    EXPECT_EQ(mx[i], wantMax[i]) << "max " << i;
+    EXPECT_EQ(prod[i], wantProd[i]) << "product " << i;
+  }
+}
+
+// bool: every pair of bytes from a set with several true patterns; sum and max are OR, min and
+// product AND, average (which the C API refuses) OR like sum; every result the byte 0 or 1.
+TEST_P(KernelIsaTest, BoolTruthTables) {
+  const uint8_t bytes[] = {0, 1, 2, 0x7f, 0x80, 0xff};
+  constexpr int kN = 6;
+  for (const ReduceOp op : kOps) {
+    // Long enough for the vector loops' main body and a tail: each pair repeated 20 times.
+    std::vector<uint8_t> dst, src;
+    for (int rep = 0; rep < 20; ++rep) {
+      for (int i = 0; i < kN; ++i) {
+        for (int j = 0; j < kN; ++j) {
+          dst.push_back(bytes[i]);
+          src.push_back(bytes[j]);
+        }
+      }
+    }
+    const std::vector<uint8_t> was = dst;
+    reduceInto(dst.data(), src.data(), static_cast<int64_t>(dst.size()), DType::kBool, op);
+    const bool isOr = op == ReduceOp::kSum || op == ReduceOp::kMax || op == ReduceOp::kAverage;
+    for (size_t k = 0; k < dst.size(); ++k) {
+      const bool a = was[k] != 0, b = src[k] != 0;
+      const uint8_t want = (isOr ? (a || b) : (a && b)) ? 1 : 0;
+      ASSERT_EQ(dst[k], want) << reduceOpName(op) << "(" << int(was[k]) << ", " << int(src[k])
+                              << ") at " << k;
+    }
+  }
+}
+
+// The scaled entry point with factor 1 is reduceInto for bool too (the engine's shared-memory
+// path calls it).
+TEST_P(KernelIsaTest, BoolReduceScaledByOne) {
+  uint8_t d[] = {0, 0, 2, 5, 0x80, 1};
+  const uint8_t s[] = {0, 3, 0, 9, 0x80, 0};
+  reduceScaledInto(d, s, 6, DType::kBool, ReduceOp::kSum, 1.0);
+  const uint8_t want[] = {0, 1, 1, 1, 1, 1};
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(d[i], want[i]) << i;
+  uint8_t e[] = {0, 0, 2, 5, 0x80, 1};
+  reduceScaledInto(e, s, 6, DType::kBool, ReduceOp::kProduct, 1.0);
+  const uint8_t wantAnd[] = {0, 0, 0, 1, 1, 0};
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(e[i], wantAnd[i]) << i;
+}
+
+TEST(Kernels, NormalizeBools) {
+  std::vector<uint8_t> src(256), dst(256, 0xaa);
+  for (int v = 0; v < 256; ++v) src[static_cast<size_t>(v)] = static_cast<uint8_t>(v);
+  normalizeBools(dst.data(), src.data(), 256);
+  for (int v = 0; v < 256; ++v) {
+    ASSERT_EQ(dst[static_cast<size_t>(v)], v == 0 ? 0 : 1) << v;
+    ASSERT_EQ(src[static_cast<size_t>(v)], v) << "source changed";
+  }
+  normalizeBools(src.data(), src.data(), 256);  // in place
+  EXPECT_EQ(src, dst);
+  EXPECT_NO_THROW(normalizeBools(nullptr, nullptr, 0));
+}
+
 TEST_P(KernelIsaTest, AverageReducesAsSum) {
   float a[] = {1.5f, -2.0f, 3.0f};
   const float b[] = {2.5f, 4.0f, 0.25f};
@@ -465,7 +580,7 @@ TEST_P(KernelIsaTest, HalfSumRoundsOnceInFloat32) {
 template <DType D>
 struct CheckNanMinMax {
   static void run() {
-    if constexpr (Traits<D>::kind == Kind::kInt) {
+    if constexpr (Traits<D>::kind == Kind::kInt || Traits<D>::kind == Kind::kBool) {
       FAIL() << "floating dtypes only";
     } else {
       using S = typename Traits<D>::S;
@@ -536,7 +651,7 @@ const double kFactors[] = {1.0, 0.5, 3.0};
 template <DType D>
 struct CheckScale {
   static void run() {
-    if constexpr (Traits<D>::kind == Kind::kInt) {
+    if constexpr (Traits<D>::kind == Kind::kInt || Traits<D>::kind == Kind::kBool) {
       FAIL() << "floating dtypes only";
     } else {
       using S = typename Traits<D>::S;
@@ -576,7 +691,7 @@ struct CheckScale {
 template <DType D>
 struct CheckWidenNarrow {
   static void run() {
-    if constexpr (Traits<D>::kind == Kind::kInt) {
+    if constexpr (Traits<D>::kind == Kind::kInt || Traits<D>::kind == Kind::kBool) {
       FAIL() << "floating dtypes only";
     } else {
       std::mt19937_64 rng(99 + static_cast<int>(D));
@@ -653,7 +768,8 @@ TEST(Scale, IntegerDTypes) {
   // The default factor of 1 is a no-op whatever the dtype; a real scale of integers is refused.
   EXPECT_NO_THROW(scaleInPlace(v, 3, DType::kInt32, 1.0));
   EXPECT_EQ(v[2], 3);
-  for (const DType t : {DType::kUInt8, DType::kInt8, DType::kInt32, DType::kInt64}) {
+  for (const DType t : {DType::kUInt8, DType::kInt8, DType::kInt16, DType::kInt32, DType::kInt64,
+                        DType::kBool}) {
     EXPECT_THROW(scaleInPlace(v, 1, t, 0.5), hora::Error) << dtypeName(t);
   }
   EXPECT_EQ(v[0], 1);
@@ -666,7 +782,8 @@ TEST_P(KernelIsaTest, WidenNarrowFloat16AndBFloat16) {
 TEST(WidenNarrow, OnlySixteenBitFloats) {
   float wide[2] = {};
   uint16_t half[2] = {};
-  for (const DType t : {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kUInt8}) {
+  for (const DType t : {DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kUInt8,
+                        DType::kInt16, DType::kBool}) {
     for (const double factor : kFactors) {
       EXPECT_THROW(widenToFloat(half, wide, 2, t, factor), hora::Error) << dtypeName(t);
       EXPECT_THROW(narrowFromFloat(wide, half, 2, t, factor), hora::Error)
@@ -967,7 +1084,8 @@ struct CheckReduceScaled {
     for (const ReduceOp op : kOps) {
       std::mt19937_64 rng(700 + static_cast<int>(D) * 10 + static_cast<int>(op));
       for (const double factor : kFactors) {
-        if (kind == Kind::kInt && factor != 1.0) continue;  // refused: see NewKernelsRefuse
+        if ((kind == Kind::kInt || kind == Kind::kBool) && factor != 1.0)
+          continue;  // refused: see NewKernelsRefuse
         for (const int64_t n : kShortLengths) {
           for (const int offset : {0, 1}) {
             Guarded<S> dst(n, offset);
@@ -977,7 +1095,7 @@ struct CheckReduceScaled {
               dst.data()[i] = randomValue<D>(rng);
               src.data()[i] = randomValue<D>(rng);
               const S a = dst.data()[i], b = src.data()[i];
-              if constexpr (kind == Kind::kInt) {
+              if constexpr (kind == Kind::kInt || kind == Kind::kBool) {
                 want[i] = refOp<D>(op, a, b);
               } else if constexpr (kind == Kind::kFloat) {
                 want[i] = factor == 1.0 ? refOp<D>(op, a, b)
@@ -1157,40 +1275,47 @@ void expectInvalid(Fn fn, const std::string &function, const std::string &detail
 
 TEST(Kernels, InvalidArgumentsThrow) {
   float a[4] = {}, b[4] = {};
-  const auto bad = static_cast<DType>(8);
-  expectInvalid([&] { reduceInto(a, b, 4, bad, ReduceOp::kSum); }, "reduceInto", "8");
+  const auto bad = static_cast<DType>(kNumDTypes);  // 10: one past bool
+  expectInvalid([&] { reduceInto(a, b, 4, bad, ReduceOp::kSum); }, "reduceInto", "10");
   expectInvalid([&] { reduceInto(a, b, 4, static_cast<DType>(255), ReduceOp::kMax); }, "reduceInto",
                 "255");
   expectInvalid([&] { reduceInto(a, b, 4, DType::kFloat32, static_cast<ReduceOp>(9)); },
                 "reduceInto", "9");
   expectInvalid([&] { reduceInto(a, b, -1, DType::kFloat32, ReduceOp::kSum); }, "reduceInto", "-1");
-  expectInvalid([&] { scaleInPlace(a, 4, bad, 2.0); }, "scaleInPlace", "8");
-  expectInvalid([&] { scaleInPlace(a, 4, bad, 1.0); }, "scaleInPlace", "8");
+  expectInvalid([&] { scaleInPlace(a, 4, bad, 2.0); }, "scaleInPlace", "10");
+  expectInvalid([&] { scaleInPlace(a, 4, bad, 1.0); }, "scaleInPlace", "10");
   expectInvalid([&] { scaleInPlace(a, 4, DType::kInt64, 2.0); }, "scaleInPlace", "int64");
   expectInvalid([&] { widenToFloat(a, b, 4, DType::kFloat32, 1.0); }, "widenToFloat", "float32");
-  expectInvalid([&] { narrowFromFloat(a, b, 4, bad, 1.0); }, "narrowFromFloat", "8");
+  expectInvalid([&] { narrowFromFloat(a, b, 4, bad, 1.0); }, "narrowFromFloat", "10");
+  expectInvalid([&] { scaleInPlace(a, 4, DType::kInt16, 2.0); }, "scaleInPlace", "int16");
+  expectInvalid([&] { scaleInPlace(a, 4, DType::kBool, 0.5); }, "scaleInPlace", "bool");
+  expectInvalid([&] { widenToFloat(a, b, 4, DType::kInt16, 1.0); }, "widenToFloat", "int16");
+  expectInvalid([&] { narrowFromFloat(a, b, 4, DType::kInt16, 1.0); }, "narrowFromFloat",
+                "int16");
+  expectInvalid([&] { normalizeBools(a, b, -3); }, "normalizeBools", "-3");
 }
 
 TEST(Kernels, NewKernelsRefuse) {
   float a[4] = {}, b[4] = {};
   int32_t i[4] = {1, 2, 3, 4}, j[4] = {1, 1, 1, 1};
-  const auto bad = static_cast<DType>(8);
+  const auto bad = static_cast<DType>(kNumDTypes);
   expectInvalid([&] { reduceWidenedInto(a, b, 4, DType::kFloat32, ReduceOp::kSum, 1.0); },
                 "reduceWidenedInto", "float32");
   expectInvalid([&] { reduceWidenedInto(a, b, 4, bad, ReduceOp::kSum, 2.0); }, "reduceWidenedInto",
-                "8");
+                "10");
   expectInvalid([&] { reduceWidenedInto(a, b, 4, DType::kFloat16, static_cast<ReduceOp>(7), 1.0); },
                 "reduceWidenedInto", "7");
   expectInvalid([&] { reduceWidenedInto(a, b, -2, DType::kBFloat16, ReduceOp::kMax, 1.0); },
                 "reduceWidenedInto", "-2");
   expectInvalid([&] { reduceScaledInto(a, b, 4, bad, ReduceOp::kSum, 1.0); }, "reduceScaledInto",
-                "8");
+                "10");
   expectInvalid([&] { reduceScaledInto(a, b, 4, DType::kFloat32, static_cast<ReduceOp>(5), 2.0); },
                 "reduceScaledInto", "5");
   expectInvalid([&] { reduceScaledInto(a, b, -1, DType::kFloat32, ReduceOp::kSum, 2.0); },
                 "reduceScaledInto", "-1");
   // Integers: factor 1 is reduceInto; any other factor is refused, as scaleInPlace refuses it.
-  for (const DType t : {DType::kUInt8, DType::kInt8, DType::kInt32, DType::kInt64}) {
+  for (const DType t : {DType::kUInt8, DType::kInt8, DType::kInt16, DType::kInt32, DType::kInt64,
+                        DType::kBool}) {
     expectInvalid([&] { reduceScaledInto(i, j, 1, t, ReduceOp::kSum, 0.5); }, "reduceScaledInto",
                   dtypeName(t));
   }

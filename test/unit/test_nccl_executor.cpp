@@ -211,6 +211,63 @@ TEST(NcclExecutor, FusedAllgatherIsOneGroupAndOutputsGoBackToTheEngine) {
   }
 }
 
+// bool on the GPU: ncclUint8 with max for SUM (OR) and min for PRODUCT (AND), fused tensors
+// included; int16 allgather moves bytes (NCCL has no 16-bit integer type).
+TEST(NcclExecutor, BoolReducesAsOrAndAndInt16GathersAsBytes) {
+  constexpr int n = 3;
+  Ranks ranks(n);
+  ranks.start();
+  // Element i of rank r is true when bit r of i % 8 is set: OR over 3 ranks is i % 8 != 0, AND
+  // is i % 8 == 7.
+  const std::vector<int64_t> sizes = {5, 300};
+  std::vector<std::vector<std::vector<uint8_t>>> any(n), all(n);
+  std::vector<std::vector<int16_t>> gathered(n);
+  runRanks(n, [&](int r) {
+    std::vector<TensorArg> tensors;
+    std::vector<Shape> shapes;
+    for (int64_t size : sizes) {
+      any[r].emplace_back(static_cast<size_t>(size));
+      for (int64_t i = 0; i < size; ++i) any[r].back()[static_cast<size_t>(i)] = ((i % 8) >> r) & 1;
+      tensors.push_back(TensorArg{any[r].back().data(), any[r].back().data(), size});
+      shapes.push_back({size});
+    }
+    all[r] = any[r];
+    RequestMsg m = message("any", OpType::kAllreduce, DType::kBool, r, shapes);
+    m.reduceOp = ReduceOp::kSum;
+    Request req(m, 0, tensors);
+    ranks.ex(r).allreduce({&req}, responseFor(m), n);
+    std::vector<TensorArg> allTensors;
+    for (size_t t = 0; t < sizes.size(); ++t)
+      allTensors.push_back(TensorArg{all[r][t].data(), all[r][t].data(), sizes[t]});
+    RequestMsg ma = message("all", OpType::kAllreduce, DType::kBool, r, shapes);
+    ma.reduceOp = ReduceOp::kProduct;
+    Request reqAll(ma, 0, allTensors);
+    ranks.ex(r).allreduce({&reqAll}, responseFor(ma), n);
+    // int16 values past int8's range, rows of 2.
+    std::vector<int16_t> rows = {static_cast<int16_t>(1000 * (r + 1)), static_cast<int16_t>(-300 - r)};
+    RequestMsg mg = message("g", OpType::kAllgather, DType::kInt16, r, {{1, 2}});
+    Response rg = responseFor(mg);
+    rg.firstDims = {1, 1, 1};
+    Request qg(mg, 0, {TensorArg{rows.data(), nullptr, 2}});
+    ranks.ex(r).allgather({&qg}, {&rg});
+    waitFor(ranks.ex(r), 3);
+    const auto *o = static_cast<const int16_t *>(qg.output()->data);
+    gathered[r].assign(o, o + 2 * n);
+  });
+  for (int r = 0; r < n; ++r) {
+    for (size_t t = 0; t < sizes.size(); ++t) {
+      for (int64_t i = 0; i < sizes[t]; ++i) {
+        ASSERT_EQ(any[r][t][static_cast<size_t>(i)], i % 8 != 0 ? 1 : 0) << r << " " << t << " " << i;
+        ASSERT_EQ(all[r][t][static_cast<size_t>(i)], i % 8 == 7 ? 1 : 0) << r << " " << t << " " << i;
+      }
+    }
+    EXPECT_EQ(ranks.dev(r).count("allReduce count=556 op=2 dtype=bool"), 1) << "SUM as max, fused";
+    EXPECT_EQ(ranks.dev(r).count("allReduce count=556 op=3 dtype=bool"), 1) << "PRODUCT as min";
+    EXPECT_EQ(ranks.dev(r).count("allGather bytes=4"), 1) << "int16 rows as bytes";
+    EXPECT_EQ(gathered[r], (std::vector<int16_t>{1000, -300, 2000, -301, 3000, -302}));
+  }
+}
+
 TEST(NcclExecutor, FusedReducescatterKeepsItsPrescaledInput) {
   constexpr int n = 2;
   Ranks ranks(n);

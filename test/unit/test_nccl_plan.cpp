@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <string>
+#include <tuple>
 
 #include "backends/nccl/nccl_plan.h"
 #include "base/error.h"
@@ -23,6 +25,59 @@ TEST(NcclPlan, DtypesMapToNcclsValues) {
   EXPECT_EQ(static_cast<int>(ncclType(DType::kFloat32)), 7);
   EXPECT_EQ(static_cast<int>(ncclType(DType::kFloat64)), 8);
   EXPECT_EQ(static_cast<int>(ncclType(DType::kBFloat16)), 9);
+  // bool is torch.bool's bytes, reduced as ncclUint8; NCCL has no 16-bit integer.
+  EXPECT_EQ(static_cast<int>(ncclType(DType::kBool)), 1);
+  try {
+    ncclType(DType::kInt16);
+    FAIL() << "int16 got an NCCL type";
+  } catch (const Error &e) {
+    EXPECT_EQ(e.status(), HORA_ERR_UNSUPPORTED);
+    EXPECT_NE(e.message().find("int16"), std::string::npos) << e.message();
+  }
+}
+
+// bool as 0/1 bytes: OR is the maximum, AND the minimum; no scaling pass, no premultiplied sum.
+TEST(NcclPlan, BoolReducesAsMaxOrMinOfBytes) {
+  const std::pair<ReduceOp, NcclOp> cases[] = {{ReduceOp::kSum, NcclOp::kMax},
+                                               {ReduceOp::kMax, NcclOp::kMax},
+                                               {ReduceOp::kMin, NcclOp::kMin},
+                                               {ReduceOp::kProduct, NcclOp::kMin}};
+  for (auto [op, nccl] : cases) {
+    for (int contributors : {4, 3}) {  // a joined rank changes nothing for bool
+      AllreducePlan p = planAllreduce(DType::kBool, op, 1.0, 1.0, contributors, 4);
+      EXPECT_EQ(p.op, nccl) << reduceOpName(op);
+      EXPECT_FALSE(p.premulSum) << reduceOpName(op);
+      EXPECT_EQ(p.kernelPrescale, 1.0);
+      EXPECT_EQ(p.kernelPostscale, 1.0);
+    }
+  }
+  for (auto [op, pre, post] : {std::tuple{ReduceOp::kAverage, 1.0, 1.0},
+                               std::tuple{ReduceOp::kSum, 2.0, 1.0},
+                               std::tuple{ReduceOp::kMax, 1.0, 0.5}}) {
+    try {
+      planAllreduce(DType::kBool, op, pre, post, 2, 2);
+      FAIL() << "bool accepted " << reduceOpName(op) << " x" << pre << " x" << post;
+    } catch (const Error &e) {
+      EXPECT_EQ(e.status(), HORA_ERR_UNSUPPORTED);
+      EXPECT_NE(e.message().find("bool"), std::string::npos) << e.message();
+    }
+  }
+}
+
+// NCCL has no 16-bit integer type: every int16 reduction is refused (the C API refuses it at
+// submission already; this is the backend's own guard).
+TEST(NcclPlan, Int16ReductionsAreRefused) {
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct,
+                      ReduceOp::kAverage}) {
+    try {
+      planAllreduce(DType::kInt16, op, 1.0, 1.0, 2, 2);
+      FAIL() << "int16 " << reduceOpName(op) << " planned";
+    } catch (const Error &e) {
+      EXPECT_EQ(e.status(), HORA_ERR_UNSUPPORTED);
+      EXPECT_NE(e.message().find("int16"), std::string::npos) << e.message();
+      EXPECT_NE(e.message().find("NCCL"), std::string::npos) << e.message();
+    }
+  }
 }
 
 TEST(NcclPlan, PlainReductionsAreNcclsOwnWithNoPass) {

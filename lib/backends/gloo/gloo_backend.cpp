@@ -56,7 +56,11 @@ class GlooBackend final : public Backend {
 
   void allreduce(const void *in, void *out, int64_t count, DType dtype, ReduceOp op) override {
     if (count == 0) return;
-    if (in != out) std::memcpy(out, in, static_cast<size_t>(count) * dtypeSize(dtype));
+    if (dtype == DType::kBool) {
+      normalizeBools(out, in, count);  // a set of one reduces nothing, yet its result is 0 or 1
+    } else if (in != out) {
+      std::memcpy(out, in, static_cast<size_t>(count) * dtypeSize(dtype));
+    }
     if (context_->size == 1) return;
     glooCall("allreduce", context_->rank, [&] {
       gloo::AllreduceOptions opts(context_);

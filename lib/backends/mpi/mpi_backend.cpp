@@ -21,10 +21,12 @@ MPI_Datatype mpiType(DType t) {
   switch (t) {
     case DType::kUInt8: return MPI_UINT8_T;
     case DType::kInt8: return MPI_INT8_T;
+    case DType::kInt16: return MPI_INT16_T;
     case DType::kInt32: return MPI_INT32_T;
     case DType::kInt64: return MPI_INT64_T;
     case DType::kFloat32: return MPI_FLOAT;
     case DType::kFloat64: return MPI_DOUBLE;
+    case DType::kBool: return MPI_UINT8_T;  // 0/1 bytes (normalizeBools), reduced by max and min
     case DType::kFloat16:
     case DType::kBFloat16: break;
   }
@@ -32,7 +34,30 @@ MPI_Datatype mpiType(DType t) {
              " (the engine widens it to float32)");
 }
 
-MPI_Op mpiOp(ReduceOp op) {
+// Open MPI 4.1's vectorised reductions (its op/avx component) saturate sums of 8- and 16-bit
+// integers instead of wrapping (int16 20000 + 20000 gives 32767; open-mpi/ompi#8045, closed as
+// "won't fix": MPI leaves overflow undefined). hora's integers wrap on every path, so for these
+// types sum and product are user-defined operations that run hora's own kernels.
+bool isNarrowInteger(DType t) {
+  return t == DType::kUInt8 || t == DType::kInt8 || t == DType::kInt16;
+}
+
+template <ReduceOp Op>
+void wrappingOp(void *in, void *inout, int *len, MPI_Datatype *type) {
+  // Only ever registered for the three types below (isNarrowInteger); MPI hands back the
+  // datatype of the call.
+  const DType t = *type == MPI_INT16_T ? DType::kInt16
+                  : *type == MPI_INT8_T ? DType::kInt8
+                                        : DType::kUInt8;
+  reduceInto(inout, in, *len, t, Op);
+}
+
+// bool travels as uint8 holding 0 or 1: OR is the maximum, AND the minimum.
+MPI_Op mpiOp(ReduceOp op, DType dtype) {
+  if (dtype == DType::kBool) {
+    if (op == ReduceOp::kSum || op == ReduceOp::kMax) return MPI_MAX;
+    if (op == ReduceOp::kMin || op == ReduceOp::kProduct) return MPI_MIN;
+  }
   switch (op) {
     case ReduceOp::kSum: return MPI_SUM;
     case ReduceOp::kMin: return MPI_MIN;
@@ -48,7 +73,18 @@ class MpiBackend final : public Backend {
   MpiBackend(MPI_Comm comm, double timeoutS) : comm_(comm), timeoutS_(timeoutS) {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
+    HORA_CHECK_MPI(MPI_Op_create(&wrappingOp<ReduceOp::kSum>, /*commute=*/1, &wrappingSum_));
+    HORA_CHECK_MPI(MPI_Op_create(&wrappingOp<ReduceOp::kProduct>, /*commute=*/1, &wrappingProduct_));
   }
+  ~MpiBackend() override {
+    int finalized = 1;
+    MPI_Finalized(&finalized);
+    if (finalized) return;  // the operations went with MPI
+    MPI_Op_free(&wrappingSum_);
+    MPI_Op_free(&wrappingProduct_);
+  }
+  MpiBackend(const MpiBackend &) = delete;
+  MpiBackend &operator=(const MpiBackend &) = delete;
   const char *name() const override { return "mpi"; }
   // MPI's own transport: no socket of hora's in a cycle (SIGPIPE cannot reach the engine).
   const BackendCaps &caps() const override {
@@ -60,7 +96,11 @@ class MpiBackend final : public Backend {
   void allreduce(const void *in, void *out, int64_t count, DType dtype, ReduceOp op) override {
     throwIfMpiBroken();
     const MPI_Datatype type = mpiType(dtype);
-    const MPI_Op mop = mpiOp(op);
+    const MPI_Op mop = opFor(op, dtype);
+    if (dtype == DType::kBool) {  // max and min keep 0/1 inputs 0/1; a 2 would stay a 2
+      normalizeBools(out, in, count);
+      in = out;
+    }
     const size_t esize = dtypeSize(dtype);
     if (size_ > 1 && count * static_cast<int64_t>(esize) >= kRingMinBytes) {
       ringAllreduce(in, out, count, dtype, op);
@@ -154,7 +194,14 @@ class MpiBackend final : public Backend {
                      ReduceOp op) override {
     throwIfMpiBroken();
     const MPI_Datatype type = mpiType(dtype);
-    const MPI_Op mop = mpiOp(op);
+    const MPI_Op mop = opFor(op, dtype);
+    if (dtype == DType::kBool) {  // as in allreduce: 0/1 inputs, in a copy (in is the caller's)
+      int64_t total = 0;
+      for (int64_t c : counts) total += c;
+      bools_.resize(static_cast<size_t>(total));
+      normalizeBools(bools_.data(), in, total);
+      in = bools_.data();
+    }
     std::vector<int> c, d;
     if (toIntCounts(counts, &c, &d)) {
       MPI_Request req;
@@ -180,6 +227,12 @@ class MpiBackend final : public Backend {
   }
 
  private:
+  MPI_Op opFor(ReduceOp op, DType dtype) const {
+    if (isNarrowInteger(dtype) && op == ReduceOp::kSum) return wrappingSum_;
+    if (isNarrowInteger(dtype) && op == ReduceOp::kProduct) return wrappingProduct_;
+    return mpiOp(op, dtype);
+  }
+
   // Open MPI's non-blocking allreduce (libnbc) takes about twice as long as its blocking one for
   // large buffers (2 ranks, 16 MiB: 10.3 ms against 4.5 ms), so from this size on hora runs its
   // own ring over non-blocking point-to-point: a reduce-scatter, then an allgather, each segment
@@ -247,7 +300,10 @@ class MpiBackend final : public Backend {
   static constexpr int kRingTag = 1;  // the large-count alltoall's exchanges use tag 0
   MPI_Comm comm_;
   double timeoutS_;
+  MPI_Op wrappingSum_ = MPI_OP_NULL;  // for isNarrowInteger dtypes
+  MPI_Op wrappingProduct_ = MPI_OP_NULL;
   std::vector<char> scratch_;  // the ring's incoming segment
+  std::vector<uint8_t> bools_;  // a bool reducescatter's input as 0/1 bytes
   int rank_ = 0;
   int size_ = 1;
 };

@@ -18,19 +18,32 @@ NcclType ncclType(DType t) {
     case DType::kBFloat16: return NcclType::kBfloat16;
     case DType::kFloat32: return NcclType::kFloat32;
     case DType::kFloat64: return NcclType::kFloat64;
+    case DType::kBool: return NcclType::kUint8;  // reduced by max (OR) and min (AND)
+    case DType::kInt16: break;
   }
-  HORA_THROW(HORA_ERR_INTERNAL, "no NCCL type for dtype ", static_cast<int>(t));
+  // int16 moves as bytes (broadcast, allgather, alltoall are byte-wise); the C API refuses to
+  // reduce it on a GPU before it gets here.
+  HORA_THROW(HORA_ERR_UNSUPPORTED, "no NCCL type for ", dtypeName(t),
+             " (NCCL has no 16-bit integer type)");
 }
 
 AllreducePlan planAllreduce(DType dtype, ReduceOp op, double prescale, double postscale,
                             int contributors, int setSize) {
   const bool average = op == ReduceOp::kAverage;
+  if (dtype == DType::kInt16) {
+    HORA_THROW(HORA_ERR_UNSUPPORTED, reduceOpName(op), " of int16 on a GPU: NCCL has no 16-bit "
+               "integer type; reduce it as int32 or on the CPU");
+  }
   if (!isFloating(dtype) && (average || prescale != 1.0 || postscale != 1.0)) {
     HORA_THROW(HORA_ERR_UNSUPPORTED, "allreduce of ", dtypeName(dtype), " with ",
                average ? "average" : "a scale factor", ": integer dtypes take sum, min, max or "
                "product without scaling");
   }
   AllreducePlan plan;
+  if (dtype == DType::kBool) {  // uint8 holding 0 or 1 (torch.bool's bytes): OR is max, AND min
+    plan.op = op == ReduceOp::kSum || op == ReduceOp::kMax ? NcclOp::kMax : NcclOp::kMin;
+    return plan;
+  }
   if (average && contributors == setSize && prescale == 1.0 && postscale == 1.0) {
     plan.op = NcclOp::kAvg;  // NCCL divides by the communicator's size itself
     return plan;

@@ -17,6 +17,8 @@ enum class NcclType : int { kInt8 = 0, kUint8 = 1, kInt32 = 2, kInt64 = 4, kFloa
                             kFloat32 = 7, kFloat64 = 8, kBfloat16 = 9 };
 enum class NcclOp : int { kSum = 0, kProd = 1, kMax = 2, kMin = 3, kAvg = 4 };
 
+// bool is uint8; int16 has no NCCL type (throws Error(HORA_ERR_UNSUPPORTED)): it moves only
+// through the byte-wise calls.
 NcclType ncclType(DType t);
 
 // How one allreduce (of a fused buffer or a single tensor) runs, given the op the engine agreed
@@ -36,7 +38,10 @@ struct AllreducePlan {
   double kernelPostscale = 1.0;
 };
 // Throws Error(HORA_ERR_UNSUPPORTED) for a scale other than 1 on an integer dtype, as the CPU
-// path does.
+// path does, and for int16 (NCCL has no 16-bit integer type). bool reduces as uint8: sum and
+// max are ncclMax (OR), min and product ncclMin (AND); the bytes are 0 or 1 as torch.bool keeps
+// them (a larger nonzero byte still counts as true but may come out as itself: the GPU path does
+// not normalize).
 AllreducePlan planAllreduce(DType dtype, ReduceOp op, double prescale, double postscale,
                             int contributors, int setSize);
 

@@ -22,7 +22,7 @@ import hora.distributed  # noqa: E402,F401  (registers the backend)
 
 ReduceOp = dist.ReduceOp
 FLOATS = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
-INTS = [torch.int32, torch.int64, torch.int8, torch.uint8]
+INTS = [torch.int32, torch.int64, torch.int8, torch.uint8, torch.int16]
 
 
 def contribution(rank, shape=(2, 3), dtype=torch.float32):
@@ -92,10 +92,10 @@ def check_allreduce(rank, size):
             dist.all_reduce(t, op=op)
             same(t, fold(op, [contribution(r, dtype=dtype) for r in range(size)]),
                  "all_reduce %s %s" % (op, dtype))
-    for op in (ReduceOp.MIN, ReduceOp.MAX, ReduceOp.PRODUCT):
+    for op in (ReduceOp.SUM, ReduceOp.MIN, ReduceOp.MAX, ReduceOp.PRODUCT):
         t = contribution(rank, dtype=torch.bool)
         dist.all_reduce(t, op=op)
-        want = fold({ReduceOp.PRODUCT: ReduceOp.BAND}.get(op, op),
+        want = fold({ReduceOp.PRODUCT: ReduceOp.BAND, ReduceOp.SUM: ReduceOp.BOR}.get(op, op),
                     [contribution(r, dtype=torch.bool) for r in range(size)])
         same(t, want, "all_reduce %s bool" % op)
     # a scalar, an empty tensor, and a non-contiguous view (the result lands in the view)

@@ -102,10 +102,12 @@ def main():
             dist.all_reduce(torch.ones(2))
 
     # refused on every rank before anything reaches hora: the group's sequence stays in step
-    expect_error(lambda: dist.all_reduce(torch.ones(3, dtype=torch.int16)), unsupported,
-                 "allreduce", "Short")
-    expect_error(lambda: dist.all_reduce(torch.ones(3, dtype=torch.bool)), unsupported,
-                 "allreduce", "SUM", "bool")
+    expect_error(lambda: dist.broadcast(torch.ones(3, dtype=torch.complex64), 0), unsupported,
+                 "broadcast", "ComplexFloat")
+    expect_error(lambda: dist.all_reduce(torch.ones(3, dtype=torch.int16), op=ReduceOp.AVG),
+                 unsupported, "allreduce", "AVERAGE", "int16")
+    expect_error(lambda: dist.all_reduce(torch.ones(3, dtype=torch.bool), op=ReduceOp.AVG),
+                 unsupported, "allreduce", "AVG", "bool")
     expect_error(lambda: dist.all_reduce(torch.ones(3), op=ReduceOp.BAND), unsupported,
                  "allreduce", "BAND", "Float")
     expect_error(lambda: dist.all_reduce(torch.ones(3, dtype=torch.int32), op=ReduceOp.AVG),

@@ -15,10 +15,10 @@ hora's world must be torch's, rank for rank. Groups from ``dist.new_group`` are 
 Supported: allreduce (SUM, AVG, PRODUCT, MIN, MAX, PREMUL_SUM, and BAND/BOR/BXOR through an
 allgather), allreduce_coalesced, reduce, broadcast, allgather, _allgather_base,
 allgather_coalesced, gather, scatter, reduce_scatter, _reduce_scatter_base, alltoall,
-alltoall_base, barrier; CPU tensors of uint8, int8, int32, int64, float16, bfloat16, float32,
-float64 and bool. Not supported: send/recv (hora has no point-to-point messages) and
-monitored_barrier. Errors raise hora's exception classes (``hora.MismatchError``, ...), which are
-RuntimeErrors.
+alltoall_base, barrier; CPU tensors of uint8, int8, int16, int32, int64, float16, bfloat16,
+float32, float64 and bool (SUM and MAX of bool are logical OR, PRODUCT and MIN logical AND). Not
+supported: send/recv (hora has no point-to-point messages) and monitored_barrier. Errors raise
+hora's exception classes (``hora.MismatchError``, ...), which are RuntimeErrors.
 
 Ops are named by their kind and count, the same on every rank whatever the tensors, so that
 ranks that disagree on a shape or dtype fail at once with hora's MismatchError naming both. The

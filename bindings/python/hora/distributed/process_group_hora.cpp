@@ -43,13 +43,15 @@ StatusError horaError(hora_status_t status, const char *what) {
 
 const char *dtypeName(at::ScalarType t) { return c10::toString(t); }
 
-// The DLPack type hora moves for a torch dtype; false for one it cannot move. bool travels as
-// uint8 (same bytes, 0 or 1), which MIN, MAX, PRODUCT and the bitwise ops keep within {0, 1}.
+// The DLPack type hora moves for a torch dtype; false for one it cannot move. bool is DLPack's
+// kDLBool (code 6; the dlpack.h hora builds against may predate the name), which hora reduces as
+// logical OR (SUM, MAX) and AND (MIN, PRODUCT), as torch's NCCL backend does.
 bool dlType(at::ScalarType t, DLDataType *type) {
   switch (t) {
-    case at::kByte:
-    case at::kBool: *type = DLDataType{kDLUInt, 8, 1}; return true;
+    case at::kByte: *type = DLDataType{kDLUInt, 8, 1}; return true;
+    case at::kBool: *type = DLDataType{6, 8, 1}; return true;
     case at::kChar: *type = DLDataType{kDLInt, 8, 1}; return true;
+    case at::kShort: *type = DLDataType{kDLInt, 16, 1}; return true;
     case at::kInt: *type = DLDataType{kDLInt, 32, 1}; return true;
     case at::kLong: *type = DLDataType{kDLInt, 64, 1}; return true;
     case at::kHalf: *type = DLDataType{kDLFloat, 16, 1}; return true;
@@ -73,7 +75,7 @@ void checkTensor(const at::Tensor &t, const char *what, const std::string &role)
   if (!dlType(t.scalar_type(), &type)) {
     fail(HORA_ERR_UNSUPPORTED,
          where(what) + role + " is " + dtypeName(t.scalar_type()) +
-             ", which hora does not move (it moves uint8, int8, int32, int64, float16, "
+             ", which hora does not move (it moves uint8, int8, int16, int32, int64, float16, "
              "bfloat16, float32, float64 and bool)");
   }
 }
@@ -265,10 +267,10 @@ Reduction reductionFor(const c10d::ReduceOp &op, at::ScalarType dtype, const cha
       fail(HORA_ERR_UNSUPPORTED,
            where(what) + "ReduceOp " + std::to_string(static_cast<int>(op.op_)) + " is unknown");
   }
-  if (dtype == at::kBool && (op.op_ == c10d::ReduceOp::SUM || op.op_ == c10d::ReduceOp::AVG)) {
-    fail(HORA_ERR_UNSUPPORTED, where(what) + "ReduceOp." + opName(op.op_) +
-                                   " of bool tensors has no bool result; use MAX or BOR (any) "
-                                   "or MIN or BAND (all)");
+  if (dtype == at::kBool && op.op_ == c10d::ReduceOp::AVG) {
+    fail(HORA_ERR_UNSUPPORTED, where(what) + "ReduceOp.AVG of bool tensors has no bool result; "
+                                   "SUM, MAX and BOR are any (logical OR), PRODUCT, MIN and BAND "
+                                   "all (logical AND)");
   }
   return r;
 }
