@@ -154,6 +154,33 @@ HORA_API const char *hora_status_string(hora_status_t status);
    hora call on this thread. */
 HORA_API const char *hora_last_error(void);
 
+/* ---- Extensions beyond DESIGN.md ------------------------------------------------------------ */
+
+/* A rank that gives up an op before submitting it tells the other ranks of the set, so that
+   their op of the same name fails promptly (HORA_ERR_MISMATCH, naming this rank and its
+   reason) instead of waiting for it. hora's own op calls do this for every error they return
+   once the op's set is known (not for HORA_ERR_DUPLICATE_NAME); bindings call it for errors
+   they raise themselves before reaching hora. `op`: "allreduce", "allgather", "broadcast",
+   "alltoall", "reducescatter", "grouped_allreduce" (the name the error messages use). `name`
+   NULL or "": the op would have been named by call order, and that name is used up. `reason`
+   (NULL: none given) is quoted in the other ranks' error. Never blocks. A later submission of
+   the same name on this rank waits for the refusal to be negotiated, then goes ahead in order.
+   HORA_ERR_DUPLICATE_NAME if this rank has a request of that name in flight (one it submitted,
+   not one it refused);
+   HORA_ERR_INVALID_ARGUMENT for an unknown op or process set, or a set without this rank. */
+HORA_API hora_status_t hora_reject(const char *op, const char *name, int32_t process_set,
+                                   const char *reason);
+
+/* How ops other than allreduce treat ranks of the set that have joined (hora_join). */
+#define HORA_JOIN_ZERO_FILL 0      /* default: a joined rank takes part with zeros / no rows */
+#define HORA_JOIN_ALLREDUCE_ONLY 1 /* Horovod's: allgather, broadcast, alltoall and
+                                      reducescatter fail (HORA_ERR_UNSUPPORTED) on every rank
+                                      while a rank of the set has joined */
+/* Per process (also before hora_init, kept across hora_shutdown); every rank sets the same, and
+   a rank that asks for HORA_JOIN_ALLREDUCE_ONLY gets it for the ops it takes part in.
+   HORA_ERR_INVALID_ARGUMENT for another mode. Not collective. */
+HORA_API hora_status_t hora_set_join_mode(int mode);
+
 #ifdef __cplusplus
 }
 #endif

@@ -4,6 +4,7 @@
 
 #include <climits>
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -26,6 +27,9 @@ namespace hora {
 namespace {
 
 thread_local std::string tLastError;
+// hora_set_join_mode: per process, kept across hora_shutdown and a later hora_init; every request
+// carries it to the coordinator (RequestMsg::joinMode).
+std::atomic<int> gJoinMode{HORA_JOIN_ZERO_FILL};
 #if HORA_HAVE_NCCL
 thread_local void *tlsCudaStream = nullptr;  // hora_cuda_set_stream: this thread's stream
 #endif
@@ -145,6 +149,7 @@ struct Call {
   std::string name;
   int32_t processSet;
   bool autoNamed = false;  // NULL name: named at enqueue time
+  bool nameTaken = false;  // autoNamed, and `name` holds the automatic name it took
   std::string where() const {
     return autoNamed ? detail::concat(opTypeName(op), " (unnamed)")
                      : detail::concat(opTypeName(op), " '", name, "'");
@@ -286,7 +291,75 @@ void checkOp(const Call &call, int op, DType dtype, Device device, double presca
   }
 }
 
-Call makeCall(const Engine &engine, OpType op, const char *name, int32_t processSet) {
+constexpr size_t kMaxReasonBytes = 8192;
+
+// Tells the other ranks of the call's set that this rank refused the call before submitting it:
+// a tombstone (RequestMsg::rejected) under the call's name, or for an unnamed call the automatic
+// name it would have taken (taken now, so that this rank's later unnamed calls keep pairing with
+// the other ranks'). It negotiates like a request, and the coordinator fails the other ranks'
+// requests of the name with HORA_ERR_MISMATCH quoting `reason` (docs/faults-misuse.md). Throws
+// what the set's queue throws: DUPLICATE_NAME (a real request of the name is in flight here),
+// or the status the set stopped with.
+void enqueueTombstone(Engine &engine, Call &call, std::string reason) {
+  if (call.autoNamed && !call.nameTaken) {
+    call.name = engine.autoNames().next(call.processSet, call.op);
+    call.nameTaken = true;
+  }
+  // "allreduce 'x': input: ..." -> "input: ...": the coordinator's message names the op and name.
+  const std::string where = call.where() + ": ";
+  if (reason.compare(0, where.size(), where) == 0) reason.erase(0, where.size());
+  if (reason.empty()) reason = "(no reason given)";
+  if (reason.size() > kMaxReasonBytes) {
+    reason.resize(kMaxReasonBytes);
+    reason += "...";
+  }
+  RequestMsg msg;
+  msg.name = call.name;
+  msg.op = call.op;
+  msg.joinMode = static_cast<uint8_t>(gJoinMode.load(std::memory_order_relaxed));
+  msg.rejected = std::move(reason);
+  engine.submit(
+      std::make_shared<Request>(std::move(msg), call.processSet, std::vector<TensorArg>{}));
+}
+
+// The same for an op call's own error, which reaches its caller whatever happens here: a
+// tombstone that cannot be enqueued (the set stopped, or this rank's request of the name is in
+// flight, which is what the other ranks pair with) is dropped.
+void tellRefusal(Engine &engine, Call &call, std::string reason) noexcept {
+  try {
+    try {
+      enqueueTombstone(engine, call, std::move(reason));
+    } catch (const Error &e) {
+      HORA_LOG(kDebug) << call.where() << ": the other ranks were not told of this refusal: "
+                       << e.message();
+    }
+  } catch (...) {  // out of memory, even for the log line
+  }
+}
+
+// Runs `body`, the part of an op call after its set and name are known (makeCall). An error it
+// throws goes to the caller as usual, and first to the set's other ranks (tellRefusal), whose
+// requests of the name would otherwise wait for this rank forever. Not a duplicate name: this
+// rank's request of that name, in flight, is the one the others pair with.
+template <typename F>
+void tellingRefusals(Engine &engine, Call &call, F &&body) {
+  try {
+    body();
+  } catch (const Error &e) {
+    if (e.status() != HORA_ERR_DUPLICATE_NAME) tellRefusal(engine, call, e.message());
+    throw;
+  } catch (const std::bad_alloc &) {
+    tellRefusal(engine, call, "out of memory");
+    throw;
+  } catch (const std::exception &e) {
+    tellRefusal(engine, call, std::string("internal error: ") + e.what());
+    throw;
+  }
+}
+
+// An empty name is refused as such, and told to the other ranks as an unnamed call (what the
+// caller most likely meant, and what hora_reject takes "" for).
+Call makeCall(Engine &engine, OpType op, const char *name, int32_t processSet) {
   Call call{op, std::string(), processSet};
   call.autoNamed = name == nullptr;
   if (name != nullptr) {
@@ -295,10 +368,7 @@ Call makeCall(const Engine &engine, OpType op, const char *name, int32_t process
       HORA_THROW(HORA_ERR_INVALID_ARGUMENT, opTypeName(op), ": tensor name is longer than ",
                  kMaxNameBytes, " bytes");
     }
-    if (len == 0) {
-      HORA_THROW(HORA_ERR_INVALID_ARGUMENT, opTypeName(op),
-                 ": tensor name is empty (pass NULL to have hora name it)");
-    }
+    call.autoNamed = len == 0;
     call.name.assign(name, len);
   }
   if (engine.processSetSize(processSet) < 0) {
@@ -308,7 +378,24 @@ Call makeCall(const Engine &engine, OpType op, const char *name, int32_t process
     HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call.where(), ": rank ", engine.topology().rank,
                " is not a member of process set ", processSet);
   }
+  if (name != nullptr && call.autoNamed) {
+    tellingRefusals(engine, call, [op] {
+      HORA_THROW(HORA_ERR_INVALID_ARGUMENT, opTypeName(op),
+                 ": tensor name is empty (pass NULL to have hora name it)");
+    });
+  }
   return call;
+}
+
+// A collective's C entry point: the runtime, then the call's set and name, then `body(engine,
+// call)`, whose errors the set's other ranks are told of (tellingRefusals).
+template <typename F>
+hora_status_t guardedOp(OpType op, const char *name, int32_t processSet, F &&body) {
+  return guarded([&] {
+    std::shared_ptr<Engine> engine = requireEngine(opTypeName(op));
+    Call call = makeCall(*engine, op, name, processSet);
+    tellingRefusals(*engine, call, [&] { body(*engine, call); });
+  });
 }
 
 void checkRequestPtr(const Call &call, hora_request_t *request_p) {
@@ -317,26 +404,29 @@ void checkRequestPtr(const Call &call, hora_request_t *request_p) {
   }
 }
 
-// Takes the call's name (moved into the request): the last use of `call`.
+// Takes the call's name (moved into the request). A failure to enqueue leaves the name taken
+// in `call`, for the tombstone that tells the other ranks (tellingRefusals).
 void submit(Engine &engine, Call &call, RequestMsg msg, std::vector<TensorArg> tensors,
             hora_request_t *request_p) {
 #if HORA_HAVE_NCCL
   // The device work waits for what this thread had queued on its stream when it submitted.
-  // Recorded before an automatic name is taken: a failure here must not shift this rank's names.
   std::shared_ptr<void> ready;
   if (!msg.device.isCpu()) ready = nccl_device::recordEvent(msg.device.id, tlsCudaStream);
 #endif
   msg.name = call.autoNamed ? engine.autoNames().next(call.processSet, call.op) : std::move(call.name);
   msg.op = call.op;
+  msg.joinMode = static_cast<uint8_t>(gJoinMode.load(std::memory_order_relaxed));
   auto request = std::make_shared<Request>(std::move(msg), call.processSet, std::move(tensors));
 #if HORA_HAVE_NCCL
   request->readyEvent = std::move(ready);
 #endif
   const uintptr_t token = handles().add(request);
   try {
-    engine.submit(std::move(request));
+    engine.submit(request);
   } catch (...) {
     handles().remove(token);
+    call.name = request->name();
+    call.nameTaken = call.autoNamed;
     throw;
   }
   *request_p = toHandle(token);
@@ -402,11 +492,8 @@ void checkAllreduceOverlaps(const Call &call, const std::vector<TensorArg> &tens
   }
 }
 
-void allreduceImpl(const char *name, int n, const DLTensor *inputs, DLTensor *outputs,
-                   int op, double prescale, double postscale, int32_t processSet,
-                   hora_request_t *request_p) {
-  auto engine = requireEngine("allreduce");
-  Call call = makeCall(*engine, OpType::kAllreduce, name, processSet);
+void allreduceImpl(Engine &engine, Call &call, int n, const DLTensor *inputs, DLTensor *outputs,
+                   int op, double prescale, double postscale, hora_request_t *request_p) {
   checkRequestPtr(call, request_p);
   if (n < 1) HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call.where(), ": ", n, " tensors");
   if (inputs == nullptr || outputs == nullptr) {
@@ -442,7 +529,7 @@ void allreduceImpl(const char *name, int n, const DLTensor *inputs, DLTensor *ou
   msg.reduceOp = static_cast<ReduceOp>(op);
   msg.prescale = prescale;
   msg.postscale = postscale;
-  submit(*engine, call, std::move(msg), std::move(tensors), request_p);
+  submit(engine, call, std::move(msg), std::move(tensors), request_p);
 }
 
 }  // namespace
@@ -514,8 +601,8 @@ hora_status_t hora_allreduce_async(const char *name, const DLTensor *input, DLTe
                                    hora_reduce_op_t op, double prescale, double postscale,
                                    int32_t process_set, hora_request_t *request_p) {
   const int opv = rawOp(&op);
-  return guarded([&] {
-    allreduceImpl(name, 1, input, output, opv, prescale, postscale, process_set, request_p);
+  return guardedOp(OpType::kAllreduce, name, process_set, [&](Engine &engine, Call &call) {
+    allreduceImpl(engine, call, 1, input, output, opv, prescale, postscale, request_p);
   });
 }
 
@@ -524,19 +611,17 @@ hora_status_t hora_grouped_allreduce_async(const char *name, int n, const DLTens
                                            double postscale, int32_t process_set,
                                            hora_request_t *request_p) {
   const int opv = rawOp(&op);
-  return guarded([&] {
-    allreduceImpl(name, n, inputs, outputs, opv, prescale, postscale, process_set, request_p);
+  return guardedOp(OpType::kAllreduce, name, process_set, [&](Engine &engine, Call &call) {
+    allreduceImpl(engine, call, n, inputs, outputs, opv, prescale, postscale, request_p);
   });
 }
 
 hora_status_t hora_broadcast_async(const char *name, DLTensor *tensor, int root,
                                    int32_t process_set, hora_request_t *request_p) {
-  return guarded([&] {
-    auto engine = requireEngine("broadcast");
-    Call call = makeCall(*engine, OpType::kBroadcast, name, process_set);
+  return guardedOp(OpType::kBroadcast, name, process_set, [&](Engine &engine, Call &call) {
     checkRequestPtr(call, request_p);
     Parsed t = parseTensor(call, "tensor", tensor);
-    const int size = engine->processSetSize(process_set);
+    const int size = engine.processSetSize(process_set);
     if (root < 0 || root >= size) {
       HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call.where(), ": root ", root,
                  " is outside the process set's ranks [0, ", size, ")");
@@ -546,33 +631,29 @@ hora_status_t hora_broadcast_async(const char *name, DLTensor *tensor, int root,
     msg.device = t.device;
     msg.root = root;
     msg.shapes.push_back(t.shape);
-    submit(*engine, call, std::move(msg), {TensorArg{t.data, t.data, t.numel}}, request_p);
+    submit(engine, call, std::move(msg), {TensorArg{t.data, t.data, t.numel}}, request_p);
   });
 }
 
 hora_status_t hora_allgather_async(const char *name, const DLTensor *input, int32_t process_set,
                                    hora_request_t *request_p) {
-  return guarded([&] {
-    auto engine = requireEngine("allgather");
-    Call call = makeCall(*engine, OpType::kAllgather, name, process_set);
+  return guardedOp(OpType::kAllgather, name, process_set, [&](Engine &engine, Call &call) {
     checkRequestPtr(call, request_p);
     Parsed t = parseRowsTensor(call, input);
     RequestMsg msg;
     msg.dtype = t.dtype;
     msg.device = t.device;
     msg.shapes.push_back(t.shape);
-    submit(*engine, call, std::move(msg), {TensorArg{t.data, nullptr, t.numel}}, request_p);
+    submit(engine, call, std::move(msg), {TensorArg{t.data, nullptr, t.numel}}, request_p);
   });
 }
 
 hora_status_t hora_alltoall_async(const char *name, const DLTensor *input, const int64_t *splits,
                                   int32_t process_set, hora_request_t *request_p) {
-  return guarded([&] {
-    auto engine = requireEngine("alltoall");
-    Call call = makeCall(*engine, OpType::kAlltoall, name, process_set);
+  return guardedOp(OpType::kAlltoall, name, process_set, [&](Engine &engine, Call &call) {
     checkRequestPtr(call, request_p);
     Parsed t = parseRowsTensor(call, input);
-    const int size = engine->processSetSize(process_set);
+    const int size = engine.processSetSize(process_set);
     const int64_t rows = t.shape[0];
     RequestMsg msg;
     msg.dtype = t.dtype;
@@ -599,7 +680,7 @@ hora_status_t hora_alltoall_async(const char *name, const DLTensor *input, const
                    " sum to ", sum, " but the first dimension is ", rows);
       }
     }
-    submit(*engine, call, std::move(msg), {TensorArg{t.data, nullptr, t.numel}}, request_p);
+    submit(engine, call, std::move(msg), {TensorArg{t.data, nullptr, t.numel}}, request_p);
   });
 }
 
@@ -607,9 +688,7 @@ hora_status_t hora_reducescatter_async(const char *name, const DLTensor *input,
                                        hora_reduce_op_t op, int32_t process_set,
                                        hora_request_t *request_p) {
   const int opv = rawOp(&op);
-  return guarded([&] {
-    auto engine = requireEngine("reducescatter");
-    Call call = makeCall(*engine, OpType::kReducescatter, name, process_set);
+  return guardedOp(OpType::kReducescatter, name, process_set, [&](Engine &engine, Call &call) {
     checkRequestPtr(call, request_p);
     Parsed t = parseRowsTensor(call, input);
     checkOp(call, opv, t.dtype, t.device, 1.0, 1.0);
@@ -618,7 +697,7 @@ hora_status_t hora_reducescatter_async(const char *name, const DLTensor *input,
     msg.device = t.device;
     msg.reduceOp = static_cast<ReduceOp>(opv);
     msg.shapes.push_back(t.shape);
-    submit(*engine, call, std::move(msg), {TensorArg{t.data, nullptr, t.numel}}, request_p);
+    submit(engine, call, std::move(msg), {TensorArg{t.data, nullptr, t.numel}}, request_p);
   });
 }
 
@@ -711,27 +790,32 @@ void hora_request_free(hora_request_t request) {
 hora_status_t hora_process_set_create(const int *ranks, int nranks, int32_t *id_p) {
   return guarded([&] {
     auto engine = requireEngine("hora_process_set_create");
-    if (ranks == nullptr || id_p == nullptr) {
-      HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "hora_process_set_create: ",
-                 ranks ? "id_p" : "ranks", " is NULL");
-    }
-    const int world = engine->topology().size;
-    if (nranks < 1 || nranks > world) {
-      HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "hora_process_set_create: nranks ", nranks,
-                 " is outside [1, ", world, "]");
-    }
-    std::vector<int64_t> sorted(ranks, ranks + nranks);
-    std::sort(sorted.begin(), sorted.end());
-    for (size_t i = 0; i < sorted.size(); ++i) {
-      if (sorted[i] < 0 || sorted[i] >= world) {
-        HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "hora_process_set_create: rank ", sorted[i],
-                   " is outside the world [0, ", world, ")");
+    // Collective over the world, named by call order: a refusal takes its name (tellingRefusals).
+    Call call = makeCall(*engine, OpType::kProcessSetCreate, nullptr, 0);
+    std::vector<int64_t> sorted;
+    tellingRefusals(*engine, call, [&] {
+      if (ranks == nullptr || id_p == nullptr) {
+        HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "hora_process_set_create: ",
+                   ranks ? "id_p" : "ranks", " is NULL");
       }
-      if (i > 0 && sorted[i] == sorted[i - 1]) {
-        HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "hora_process_set_create: rank ", sorted[i],
-                   " is listed twice");
+      const int world = engine->topology().size;
+      if (nranks < 1 || nranks > world) {
+        HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "hora_process_set_create: nranks ", nranks,
+                   " is outside [1, ", world, "]");
       }
-    }
+      sorted.assign(ranks, ranks + nranks);
+      std::sort(sorted.begin(), sorted.end());
+      for (size_t i = 0; i < sorted.size(); ++i) {
+        if (sorted[i] < 0 || sorted[i] >= world) {
+          HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "hora_process_set_create: rank ", sorted[i],
+                     " is outside the world [0, ", world, ")");
+        }
+        if (i > 0 && sorted[i] == sorted[i - 1]) {
+          HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "hora_process_set_create: rank ", sorted[i],
+                     " is listed twice");
+        }
+      }
+    });
     RequestPtr r = runBlocking(*engine, OpType::kProcessSetCreate, 0, std::move(sorted));
     *id_p = static_cast<int32_t>(r->result);
   });
@@ -740,13 +824,16 @@ hora_status_t hora_process_set_create(const int *ranks, int nranks, int32_t *id_
 hora_status_t hora_process_set_destroy(int32_t id) {
   return guarded([&] {
     auto engine = requireEngine("hora_process_set_destroy");
-    if (id == 0) {
-      HORA_THROW(HORA_ERR_INVALID_ARGUMENT,
-                 "hora_process_set_destroy: set 0 (all ranks) cannot be destroyed");
-    }
-    if (engine->processSetSize(id) < 0) {
-      HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "hora_process_set_destroy: unknown process set ", id);
-    }
+    Call call = makeCall(*engine, OpType::kProcessSetDestroy, nullptr, 0);
+    tellingRefusals(*engine, call, [&] {
+      if (id == 0) {
+        HORA_THROW(HORA_ERR_INVALID_ARGUMENT,
+                   "hora_process_set_destroy: set 0 (all ranks) cannot be destroyed");
+      }
+      if (engine->processSetSize(id) < 0) {
+        HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "hora_process_set_destroy: unknown process set ", id);
+      }
+    });
     runBlocking(*engine, OpType::kProcessSetDestroy, 0, {id});
   });
 }
@@ -781,6 +868,41 @@ hora_status_t hora_timeline_start(const char *path) {
 
 hora_status_t hora_timeline_stop(void) {
   return guarded([] { requireEngine("hora_timeline_stop")->timeline().stop(); });
+}
+
+hora_status_t hora_reject(const char *op, const char *name, int32_t process_set,
+                          const char *reason) {
+  return guarded([&] {
+    auto engine = requireEngine("hora_reject");
+    if (op == nullptr) HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "hora_reject: op is NULL");
+    // The names the ops' own error messages use; a grouped allreduce negotiates as an allreduce.
+    static const std::pair<const char *, OpType> kOps[] = {
+        {"allreduce", OpType::kAllreduce},         {"grouped_allreduce", OpType::kAllreduce},
+        {"allgather", OpType::kAllgather},         {"broadcast", OpType::kBroadcast},
+        {"alltoall", OpType::kAlltoall},           {"reducescatter", OpType::kReducescatter},
+    };
+    const auto found = std::find_if(std::begin(kOps), std::end(kOps),
+                                    [op](const auto &o) { return std::strcmp(o.first, op) == 0; });
+    if (found == std::end(kOps)) {
+      HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "hora_reject: op '",
+                 std::string(op, strnlen(op, 64)),
+                 "' is not one of allreduce, grouped_allreduce, allgather, broadcast, alltoall, "
+                 "reducescatter");
+    }
+    Call call = makeCall(*engine, found->second,
+                         name != nullptr && name[0] == '\0' ? nullptr : name, process_set);
+    enqueueTombstone(*engine, call, reason != nullptr ? reason : "");
+  });
+}
+
+hora_status_t hora_set_join_mode(int mode) {
+  return guarded([mode] {
+    if (mode != HORA_JOIN_ZERO_FILL && mode != HORA_JOIN_ALLREDUCE_ONLY) {
+      HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "hora_set_join_mode: mode ", mode,
+                 " is neither HORA_JOIN_ZERO_FILL (0) nor HORA_JOIN_ALLREDUCE_ONLY (1)");
+    }
+    gJoinMode.store(mode, std::memory_order_relaxed);
+  });
 }
 
 const char *hora_status_string(hora_status_t status) { return statusString(status); }

@@ -100,7 +100,7 @@ std::atomic<uint32_t> &stallReportRequests() {
 }
 
 bool cacheable(const Response &response) {
-  if (!response.ok() || !response.joined.empty()) return false;
+  if (!response.ok() || !response.joined.empty() || response.agreed.isTombstone()) return false;
   return opSpec(response.agreed.op).cacheable;
 }
 
@@ -132,6 +132,31 @@ Response checkAgreement(const std::vector<const RequestMsg *> &perRank) {
     resp.error = std::move(message);
     return resp;
   };
+  // Tombstones: a rank refused the op before submitting it. That decides, whatever the others
+  // sent: a tombstone has no parameters to compare, and the op cannot run without that rank.
+  std::vector<int> rejecting;
+  const RequestMsg *submitted = nullptr;  // the first real request: the op the others called
+  for (int r = 0; r < size; ++r) {
+    const RequestMsg *m = perRank[static_cast<size_t>(r)];
+    if (m == nullptr) continue;
+    if (m->isTombstone()) rejecting.push_back(r);
+    else if (submitted == nullptr) submitted = m;
+  }
+  if (!rejecting.empty()) {
+    const RequestMsg &named = submitted != nullptr ? *submitted : first;
+    resp.agreed = named;
+    std::ostringstream why;
+    why << opTypeName(named.op) << " '" << named.name << "': "
+        << (rejecting.size() == 1 ? "rank " : "ranks ") << rankList(rejecting)
+        << " rejected it before submitting: ";
+    for (size_t i = 0; i < rejecting.size(); ++i) {
+      const RequestMsg &m = *perRank[static_cast<size_t>(rejecting[i])];
+      if (rejecting.size() > 1) why << (i ? "; " : "") << "rank " << rejecting[i] << ": ";
+      if (m.op != named.op) why << "(its " << opTypeName(m.op) << " of that name) ";
+      why << m.rejected;
+    }
+    return fail(HORA_ERR_MISMATCH, why.str());
+  }
   using Show = std::function<std::string(const RequestMsg &)>;
   std::vector<std::pair<const char *, Show>> fields = {
       {"op", [](const RequestMsg &m) { return std::string(opTypeName(m.op)); }},
@@ -171,6 +196,22 @@ Response checkAgreement(const std::vector<const RequestMsg *> &perRank) {
       return text + "]";
     });
     if (msg) return fail(HORA_ERR_MISMATCH, *msg);
+  }
+  // Horovod's join (HORA_JOIN_ALLREDUCE_ONLY on any rank that sent the op: the ranks are to set
+  // the same mode, and the stricter one wins if they do not): only allreduce runs while a rank
+  // of the set has joined.
+  if (spec.refusedWhileJoined && !resp.joined.empty() &&
+      std::any_of(perRank.begin(), perRank.end(), [](const RequestMsg *m) {
+        return m != nullptr && m->joinMode == HORA_JOIN_ALLREDUCE_ONLY;
+      })) {
+    const std::vector<int> joined(resp.joined.begin(), resp.joined.end());
+    return fail(HORA_ERR_UNSUPPORTED,
+                detail::concat(spec.name, " '", first.name, "': ",
+                               joined.size() == 1 ? "rank " : "ranks ", rankList(joined),
+                               joined.size() == 1 ? " has" : " have",
+                               " joined (hora_join); under Horovod's join semantics only "
+                               "allreduce runs while a rank has joined (join mode "
+                               "HORA_JOIN_ALLREDUCE_ONLY, hora_set_join_mode)"));
   }
   if (spec.rooted && first.root >= 0 && first.root < size &&
       perRank[static_cast<size_t>(first.root)] == nullptr) {
@@ -218,14 +259,23 @@ Controller::Outcome Controller::negotiate(const PendingMap &pending, bool reques
   }
   std::sort(unsent.begin(), unsent.end(),
             [](const Request *a, const Request *b) { return a->submitted() < b->submitted(); });
-  auto isHit = [this](const Request *r, int *slot) {
-    return r->msg().op != OpType::kJoin && cache_.lookup(r->msg(), slot) == ResponseCache::Lookup::kHit;
+  // A join is never looked up. A tombstone is never a hit: its name's entry (if any) is dropped
+  // on every rank, so that the other ranks' requests of the name, hits until then, go to the
+  // coordinator in this same round and meet it there.
+  auto standing = [this](const RequestMsg &m, int *slot) {
+    if (m.op == OpType::kJoin) return ResponseCache::Lookup::kMiss;
+    const ResponseCache::Lookup found = cache_.lookup(m, slot);
+    return found == ResponseCache::Lookup::kHit && m.isTombstone() ? ResponseCache::Lookup::kChanged
+                                                                   : found;
+  };
+  auto isHit = [&standing](const Request *r, int *slot) {
+    return standing(r->msg(), slot) == ResponseCache::Lookup::kHit;
   };
   bool haveNew = false;
   const Clock::time_point now = Clock::now();
   for (Request *r : unsent) {
     int slot = -1;
-    switch (r->msg().op == OpType::kJoin ? ResponseCache::Lookup::kMiss : cache_.lookup(r->msg(), &slot)) {
+    switch (standing(r->msg(), &slot)) {
       case ResponseCache::Lookup::kHit:
         // A hit waits silently: only the coordinator can tell who has not submitted a name. One
         // that has waited this long is dropped from every rank's cache, and goes there.
@@ -343,11 +393,12 @@ bool Controller::inspectStalls() {
   for (auto &d : due) {
     TableEntry &e = *d.second;
     e.lastReport = now;
-    std::vector<int> submitted, missing;
+    std::vector<int> submitted, missing, refused;
     const RequestMsg *first = nullptr;
     for (size_t r = 0; r < e.perRank.size(); ++r) {
       if (e.perRank[r]) {
         submitted.push_back(static_cast<int>(r));
+        if (e.perRank[r]->isTombstone()) refused.push_back(static_cast<int>(r));
         if (first == nullptr) first = &*e.perRank[r];
       } else if (joinedRanks_.empty() || !joinedRanks_[r]) {
         missing.push_back(static_cast<int>(r));
@@ -367,6 +418,10 @@ bool Controller::inspectStalls() {
          << ", not by " << (missing.size() == 1 ? "rank " : "ranks ") << rankList(missing)
          << (lastCompleted_.empty() ? std::string(", which have completed nothing in this set yet")
                                     : ", whose last completed op in this set was '" + lastCompleted_ + "'");
+    if (!refused.empty()) {
+      line << " (" << (refused.size() == 1 ? "rank " : "ranks ") << rankList(refused)
+           << " refused it before submitting: it fails once the others submit it)";
+    }
     if (stall_.shutdownS > 0) {
       line << "; it fails with HORA_ERR_TIMEOUT at " << stall_.shutdownS << " s (HORA_STALL_SHUTDOWN_S)";
     }
@@ -471,7 +526,15 @@ std::vector<Response> Controller::coordinate(const std::vector<std::string> &blo
     for (const auto &m : it->second.perRank) perRank.push_back(m ? &*m : nullptr);
     Response resp = checkAgreement(perRank);
     if (!resp.ok()) {
-      HORA_LOG(kWarning) << resp.error;
+      // Refused on every rank that sent it: each caller has its error already, no op failed here.
+      const bool allRefused = std::all_of(perRank.begin(), perRank.end(), [](const RequestMsg *m) {
+        return m == nullptr || m->isTombstone();
+      });
+      if (allRefused) {
+        HORA_LOG(kDebug) << resp.error;
+      } else {
+        HORA_LOG(kWarning) << resp.error;
+      }
     }
     if (resp.agreed.op == OpType::kJoin) {
       // Every rank has joined: the join completes, and nobody is joined any more.

@@ -34,20 +34,22 @@ int64_t numElements(const Shape &shape) {
 bool RequestMsg::operator==(const RequestMsg &o) const {
   return name == o.name && op == o.op && reduceOp == o.reduceOp && dtype == o.dtype &&
          device == o.device && root == o.root && prescale == o.prescale &&
-         postscale == o.postscale && shapes == o.shapes && splits == o.splits;
+         postscale == o.postscale && shapes == o.shapes && splits == o.splits &&
+         joinMode == o.joinMode && rejected == o.rejected;
 }
 
 namespace {
 
-constexpr uint8_t kVersion = 2;
+constexpr uint8_t kVersion = 3;
 constexpr uint8_t kTagRequests = 0x51;
 constexpr uint8_t kTagResponses = 0x52;
 // Bounds that no legitimate message exceeds; they keep a corrupt length from allocating wildly.
 constexpr uint64_t kMaxItems = uint64_t{1} << 24;
 constexpr uint64_t kMaxDims = 64;
-// The smallest encoded RequestMsg: empty name, no shapes, no splits (see writeRequest); a
-// response adds at least a status, an empty error and two empty lists (20 bytes).
-constexpr size_t kMinRequestBytes = 8 + 3 + 3 * 4 + 2 * 8 + 8 + 8;
+// The smallest encoded RequestMsg: empty name, no shapes, no splits, no rejection (see
+// writeRequest); a response adds at least a status, an empty error and two empty lists (20 bytes).
+constexpr size_t kMinRequestBytes = 8 + 3 + 3 * 4 + 2 * 8 + 8 + 8 + 1 + 8;
+constexpr uint8_t kMaxJoinMode = HORA_JOIN_ALLREDUCE_ONLY;
 
 class Writer {
  public:
@@ -135,6 +137,8 @@ void writeRequest(Writer &w, const RequestMsg &r) {
   }
   w.u64(r.splits.size());
   for (int64_t x : r.splits) w.i64(x);
+  w.u8(r.joinMode);
+  w.str(r.rejected);
 }
 
 RequestMsg readRequest(Reader &r) {
@@ -167,6 +171,9 @@ RequestMsg readRequest(Reader &r) {
   const uint64_t nsplits = r.count(kMaxItems, 8, "splits");
   m.splits.resize(nsplits);
   for (int64_t &x : m.splits) x = r.i64();
+  m.joinMode = r.u8();
+  if (m.joinMode > kMaxJoinMode) r.fail("join mode", "unknown join mode");
+  m.rejected = r.str("rejection reason");
   return m;
 }
 

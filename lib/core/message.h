@@ -33,6 +33,16 @@ struct RequestMsg {
   std::vector<Shape> shapes;  // one per tensor; grouped ops carry several
   // alltoall: rows sent to each rank of the set; process set create: the ranks; destroy: the id.
   std::vector<int64_t> splits;
+  // hora_set_join_mode's mode on this rank (HORA_JOIN_ZERO_FILL, HORA_JOIN_ALLREDUCE_ONLY): the
+  // coordinator reads it when a rank of the set has joined.
+  uint8_t joinMode = 0;
+  // Not empty: a tombstone. This rank refused the op before submitting it (a bad argument, found
+  // by the C API or a binding), and this is why; it takes the op's place in negotiation so that
+  // the other ranks' requests of the name fail (HORA_ERR_MISMATCH) instead of waiting for it.
+  // It never reaches a backend and is never cached.
+  std::string rejected;
+
+  bool isTombstone() const { return !rejected.empty(); }
 
   bool operator==(const RequestMsg &o) const;
   bool operator!=(const RequestMsg &o) const { return !(*this == o); }

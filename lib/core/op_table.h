@@ -47,6 +47,9 @@ struct OpSpec {
   const char *agreedSplits = nullptr;  // the splits, named so in a mismatch (null: not agreed)
   bool firstDimFree = false;  // shapes may differ in the first dimension only (a joined rank
                               // has no rows)
+  // Under HORA_JOIN_ALLREDUCE_ONLY (hora_set_join_mode, Horovod's join): fails while a rank of
+  // the set has joined, instead of running with that rank's zeros or empty rows.
+  bool refusedWhileJoined = false;
   FirstDims firstDims = FirstDims::kNone;
   bool carriesTensors = false;  // has tensors (a joined rank's stand-in gets zeroed scratch ones)
   bool cacheable = false;       // a response the response cache may replay by bit

@@ -325,6 +325,13 @@ void SetEngine::execute(const std::vector<const Response *> &responses) {
         }
         continue;
       }
+      if (it == pending_.end() && !response.ok()) {
+        // This rank has joined and the op failed on every rank that sent it (a mismatch, a
+        // refusal, Horovod's join mode): there is nothing to stand in for.
+        HORA_ENFORCE(std::count(response.joined.begin(), response.joined.end(), rank_) == 1,
+                     "no pending request for '", response.agreed.name, "'");
+        continue;
+      }
       members.push_back(&response);
       seqs.push_back(seq);
       if (it != pending_.end()) {

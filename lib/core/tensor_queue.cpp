@@ -12,11 +12,24 @@ void TensorQueue::push(RequestPtr request) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (closed_) throw Error(closedStatus_.code, closedStatus_.message, __FILE__, __LINE__);
-    if (!inFlight_.insert(std::string_view(request->name())).second) {
+    const std::string_view name(request->name());
+    if (!inFlight_.insert(name).second) {
+      // Behind a tombstone of the name (and only tombstones), the request waits its turn.
+      if (tombstones_.count(name) != 0) {
+        auto it = behind_.find(request->name());
+        if (it == behind_.end() || it->second.back()->msg().isTombstone()) {
+          behind_[request->name()].push_back(std::move(request));
+          return;
+        }
+      }
+      const bool behindRefusal = tombstones_.count(name) != 0;
       HORA_THROW(HORA_ERR_DUPLICATE_NAME, opTypeName(request->msg().op), " '", request->name(),
                  "': a request of that name is already in flight on this rank (process set ",
-                 request->processSet(), "); wait for it before submitting the name again");
+                 request->processSet(),
+                 behindRefusal ? ", waiting behind a refused call of that name" : "",
+                 "); wait for it before submitting the name again");
     }
+    if (request->msg().isTombstone()) tombstones_.insert(name);
     if (queue_.empty()) {
       firstArrival_ = std::chrono::steady_clock::now();
       wakeEngine = waitsForWork_;
@@ -112,8 +125,29 @@ void TensorQueue::popAll(std::vector<RequestPtr> &out) {
 }
 
 void TensorQueue::release(const std::vector<std::string_view> &names) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (std::string_view name : names) inFlight_.erase(name);
+  bool queued = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (std::string_view name : names) {
+      inFlight_.erase(name);
+      if (tombstones_.empty() || tombstones_.erase(name) == 0 || behind_.empty()) continue;
+      auto it = behind_.find(std::string(name));
+      if (it == behind_.end()) continue;
+      // The next of the name takes its place: in flight under its own name's view, and queued.
+      RequestPtr next = std::move(it->second.front());
+      it->second.pop_front();
+      if (it->second.empty()) behind_.erase(it);
+      const std::string_view own(next->name());
+      inFlight_.insert(own);
+      if (next->msg().isTombstone()) tombstones_.insert(own);
+      if (queue_.empty()) firstArrival_ = std::chrono::steady_clock::now();
+      queue_.push_back(std::move(next));
+      queued = true;
+    }
+    // The engine thread may be asleep (a caller thread runs this cycle): wake it for the next.
+    if (queued && onBell_) bell_->ring();
+  }
+  if (queued) cv_.notify_one();
 }
 
 std::vector<RequestPtr> TensorQueue::close(Status status) {
@@ -123,6 +157,11 @@ std::vector<RequestPtr> TensorQueue::close(Status status) {
   std::vector<RequestPtr> out(std::make_move_iterator(queue_.begin()),
                               std::make_move_iterator(queue_.end()));
   queue_.clear();
+  for (auto &kv : behind_) {
+    for (RequestPtr &r : kv.second) out.push_back(std::move(r));
+  }
+  behind_.clear();
+  tombstones_.clear();
   inFlight_.clear();
   return out;
 }

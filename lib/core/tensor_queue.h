@@ -8,6 +8,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -20,7 +21,11 @@ namespace hora {
 class TensorQueue {
  public:
   // Any thread. Throws Error(HORA_ERR_DUPLICATE_NAME) if a request of the same name is in flight
-  // in the same process set, or the status the queue was closed with.
+  // in the same process set, or the status the queue was closed with. Behind a tombstone (a
+  // request this rank refused, RequestMsg::rejected) a request of its name waits instead, and is
+  // queued once the tombstone completes: the other ranks' n-th submission of a name pairs with
+  // this rank's n-th, refused or not. Behind tombstones only: a real request of the name in
+  // flight or waiting still makes a duplicate.
   void push(RequestPtr request);
   // Any thread: ends the engine's fusion wait early (a user is blocked waiting for results, so
   // holding tensors back for fusion only adds latency).
@@ -51,15 +56,17 @@ class TensorQueue {
   bool shutdownRequested() const;
 
   // The set's cycle: the names are free again (call before completing the requests, so a caller
-  // woken by a completion can reuse its name at once).
+  // woken by a completion can reuse its name at once), or go to the request that waited behind
+  // a tombstone of that name, now queued.
   void release(const std::vector<std::string_view> &names);
-  // The set's cycle, when stopping: refuse further pushes with `status`, return what was queued.
+  // The set's cycle, when stopping: refuse further pushes with `status`, return what was queued
+  // or waiting.
   std::vector<RequestPtr> close(Status status);
 
  private:
   // This mutex protects: bell_ (the engine thread, its only writer, reads it without),
-  // queue_, inFlight_, flush_, kicked_, shutdown_, closed_, closedStatus_, firstArrival_,
-  // waitsForWork_, onBell_ (the engine sleeps on the bell: wake it there).
+  // queue_, inFlight_, tombstones_, behind_, flush_, kicked_, shutdown_, closed_, closedStatus_,
+  // firstArrival_, waitsForWork_, onBell_ (the engine sleeps on the bell: wake it there).
   PeerBell *bell_ = nullptr;
   mutable std::mutex mutex_;
   std::condition_variable cv_;  // with mutex_: the engine waits for work, a flush, a kick or shutdown
@@ -68,6 +75,12 @@ class TensorQueue {
   // name, which outlives its entry (the engine releases the name before it lets go of the
   // request; close() clears them all). One set per queue, and a queue per process set.
   std::unordered_set<std::string_view> inFlight_;
+  // The names in inFlight_ whose request there is a tombstone (views of its name), and the
+  // requests waiting behind such a one, by name, oldest first (tombstones, then at most one real
+  // request, last). Empty unless this rank refused an op whose name it then submits again
+  // before the refusal was negotiated.
+  std::unordered_set<std::string_view> tombstones_;
+  std::unordered_map<std::string, std::deque<RequestPtr>> behind_;
   bool flush_ = false;
   bool kicked_ = false;
   bool shutdown_ = false;

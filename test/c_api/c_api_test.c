@@ -70,6 +70,12 @@ static hora_status_t (*const p_timeline_start)(const char *) = hora_timeline_sta
 static hora_status_t (*const p_timeline_stop)(void) = hora_timeline_stop;
 static const char *(*const p_status_string)(hora_status_t) = hora_status_string;
 static const char *(*const p_last_error)(void) = hora_last_error;
+/* Extensions beyond DESIGN.md. */
+static hora_status_t (*const p_reject)(const char *, const char *, int32_t, const char *) =
+    hora_reject;
+static hora_status_t (*const p_set_join_mode)(int) = hora_set_join_mode;
+C_API_CHECK(join_zero_fill, HORA_JOIN_ZERO_FILL == 0);
+C_API_CHECK(join_allreduce_only, HORA_JOIN_ALLREDUCE_ONLY == 1);
 
 typedef void (*any_fn)(void);
 
@@ -124,7 +130,7 @@ int main(void) {
       (any_fn)p_process_set_create, (any_fn)p_process_set_destroy, (any_fn)p_process_set_rank,
       (any_fn)p_process_set_size, (any_fn)p_cuda_set_stream, (any_fn)p_timeline_start,
       (any_fn)p_timeline_stop,
-      (any_fn)p_status_string, (any_fn)p_last_error};
+      (any_fn)p_status_string, (any_fn)p_last_error, (any_fn)p_reject, (any_fn)p_set_join_mode};
   const hora_status_t statuses[] = {
       HORA_SUCCESS, HORA_ERR_INVALID_ARGUMENT, HORA_ERR_NOT_INITIALIZED,
       HORA_ERR_DUPLICATE_NAME, HORA_ERR_MISMATCH, HORA_ERR_UNSUPPORTED, HORA_ERR_TIMEOUT,
@@ -172,6 +178,11 @@ int main(void) {
   CHECK(hora_allreduce_async("c.before", &t, &t, HORA_OP_SUM, 1.0, 1.0, 0, &req) ==
         HORA_ERR_NOT_INITIALIZED);
   CHECK(hora_shutdown() == HORA_ERR_NOT_INITIALIZED);
+  CHECK(hora_reject("allreduce", "c.before", 0, "why") == HORA_ERR_NOT_INITIALIZED);
+  /* The join mode is the process's: settable before init, and only to the two modes. */
+  CHECK(p_set_join_mode(2) == HORA_ERR_INVALID_ARGUMENT);
+  CHECK(p_set_join_mode(HORA_JOIN_ALLREDUCE_ONLY) == HORA_SUCCESS);
+  CHECK(p_set_join_mode(HORA_JOIN_ZERO_FILL) == HORA_SUCCESS);
 
   /* A world of one: no launcher in this test's environment. */
   CHECK(p_init() == HORA_SUCCESS);
@@ -187,6 +198,19 @@ int main(void) {
     same = req;
     CHECK(hora_wait(same) == HORA_SUCCESS);
     CHECK(hora_poll(req, &done) == HORA_SUCCESS && done == 1);
+    CHECK(memcmp(data, expected, sizeof data) == 0);
+    hora_request_free(req);
+  }
+
+  /* A refusal told to a world of one fails nobody's op; the name is free again right after. */
+  CHECK(p_reject("allreduce", "c.sum", 0, "refused by the caller") == HORA_SUCCESS);
+  CHECK(p_reject("grouped_allreduce", NULL, 0, NULL) == HORA_SUCCESS);
+  CHECK(p_reject("allreduse", "c.sum", 0, "typo") == HORA_ERR_INVALID_ARGUMENT);
+  CHECK(p_reject("allreduce", "c.sum", 12345, "no such set") == HORA_ERR_INVALID_ARGUMENT);
+  req = NULL;
+  CHECK(hora_allreduce_async("c.sum", &t, &t, HORA_OP_SUM, 1.0, 1.0, 0, &req) == HORA_SUCCESS);
+  if (req != NULL) {
+    CHECK(hora_wait(req) == HORA_SUCCESS);
     CHECK(memcmp(data, expected, sizeof data) == 0);
     hora_request_free(req);
   }

@@ -48,7 +48,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   return 0;
 }
 #else
-// Seeds: typical messages of every op, a grouped request, an error response, a join.
+// Seeds: typical messages of every op, a grouped request, a tombstone (a refused call) and a
+// request in Horovod's join mode, an error response, a join.
 int main(int argc, char **argv) {
   if (argc != 2) return 2;
   using namespace hora;
@@ -66,7 +67,12 @@ int main(int argc, char **argv) {
   RequestMsg grouped;
   grouped.name = "grouped";
   grouped.shapes = {{10}, {20, 2}, {}};
+  grouped.joinMode = 1;
   requests.push_back(grouped);
+  RequestMsg tombstone;
+  tombstone.name = "allreduce.noname.3";
+  tombstone.rejected = "input: dtype (code 5, bits 64, lanes 1) is not supported";
+  requests.push_back(tombstone);
   std::vector<Response> responses;
   for (const RequestMsg &m : requests) {
     Response r;

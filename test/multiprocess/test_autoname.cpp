@@ -122,21 +122,37 @@ TEST(AutoName, MixedWithNamedAcrossSteps) {
 }
 
 // Unnamed ops submitted from a loop of training steps keep pairing after a barrier and after a
-// failed (refused) unnamed call, which must not advance the counter.
-TEST(AutoName, RefusedCallDoesNotAdvanceCounter) {
+// failed (refused) unnamed call. A refused call takes its name like the call the other ranks make
+// at that point (its tombstone carries it, see docs/faults-misuse.md), so that theirs fails
+// instead of pairing with this rank's next call.
+TEST(AutoName, RefusedCallTakesItsName) {
   auto bad = mp::makeTensor(mp::f32(), {3});
   hora_request_t req = nullptr;
   // Refused at submission on every rank the same way: AVERAGE on int32 is UNSUPPORTED.
   auto ints = mp::makeTensor(mp::i32(), {3});
   mp::expectRejected("unnamed AVERAGE on int32", HORA_ERR_UNSUPPORTED,
                      hora_allreduce_async(nullptr, ints->dl(), ints->dl(), HORA_OP_AVERAGE, 1.0, 1.0, 0, &req), req);
-  // Refused on rank 0 only (an output of the wrong size): a counter advanced by the refusal would
-  // shift rank 0's names against every other rank's.
+  // Refused on rank 0 only (an output of the wrong size) while the others make the same call
+  // correctly: theirs fails, naming rank 0. A refusal that took no name (and told nobody) would
+  // leave theirs waiting, to pair with rank 0's next unnamed allreduce.
   if (mp::rank() == 0) {
     auto wrong = mp::makeTensor(mp::f32(), {4});
     req = nullptr;
     mp::expectRejected("unnamed allreduce with a mis-sized output", HORA_ERR_INVALID_ARGUMENT,
                        hora_allreduce_async(nullptr, bad->dl(), wrong->dl(), HORA_OP_SUM, 1.0, 1.0, 0, &req), req);
+  } else {
+    req = nullptr;
+    MP_ASSERT_OK(hora_allreduce_async(nullptr, bad->dl(), bad->dl(), HORA_OP_SUM, 1.0, 1.0, 0, &req));
+    mp::Request guard(req);
+    if (!mp::completesWithin(req, 10)) {
+      ADD_FAILURE() << "the unnamed allreduce that rank 0 refused is still waiting for it";
+      (void)guard.release();
+      (void)bad.release();  // still in flight: its tensor must outlive it
+      return;
+    }
+    const hora_status_t s = hora_wait(req);
+    EXPECT_EQ(mp::statusName(HORA_ERR_MISMATCH), mp::statusName(s)) << mp::lastError();
+    EXPECT_NE(std::string::npos, mp::lastError().find("rank 0 rejected")) << mp::lastError();
   }
   MP_EXPECT_OK(hora_barrier(0));
   std::vector<std::unique_ptr<Case>> cases;
@@ -148,7 +164,7 @@ TEST(AutoName, RefusedCallDoesNotAdvanceCounter) {
   for (auto &c : cases) {
     if (!c->completesWithin(10)) {
       ADD_FAILURE() << c->name() << " did not complete in 10 s: the refused unnamed call on rank 0 "
-                    << "shifted its auto-names against the other ranks'";
+                    << "left its auto-names out of step with the other ranks'";
       (void)c.release();  // still in flight: its tensor must outlive it, so leak both
       continue;
     }

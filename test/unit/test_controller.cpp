@@ -257,6 +257,114 @@ TEST(Controller, JoinedRanksTakePartUntilEveryRankHasJoined) {
   }
 }
 
+RequestMsg tombstone(const std::string &name, const std::string &why,
+                     OpType op = OpType::kAllreduce) {
+  RequestMsg m;
+  m.name = name;
+  m.op = op;
+  m.rejected = why;
+  return m;
+}
+
+// A rank refused the op before submitting it: its tombstone meets the others' requests at the
+// coordinator and fails the name on every rank in that round, naming the rank and its reason.
+// The name was cached (a hit on the other ranks): the tombstone drops the entry everywhere, so
+// that the others' requests reach the coordinator in the same round instead of waiting as hits.
+TEST(Controller, ATombstoneFailsTheNameOnEveryRankInOneRound) {
+  constexpr int kRanks = 3;
+  ThreadGroup group(kRanks);
+  std::vector<Response> got(kRanks);
+  std::vector<int> rounds(kRanks, -1);
+  runRanks(kRanks, [&](int rank) {
+    ThreadControlPlane plane(group, rank);
+    Controller c(plane, 16);
+    PendingMap pending;
+    add(pending, msg("grad.w", {4}));
+    cycle(c, pending);
+    ASSERT_EQ(c.cache().size(), 1);
+    // The next step: rank 1 refuses grad.w; the others submit it as before (cache hits).
+    add(pending, rank == 1 ? tombstone("grad.w", "input: dtype (code 5) is not supported")
+                           : msg("grad.w", {4}));
+    auto out = cycle(c, pending);
+    ASSERT_EQ(out.responses.size(), 1u) << "rank " << rank;
+    got[static_cast<size_t>(rank)] = *out.responses[0];
+    rounds[static_cast<size_t>(rank)] = out.coordinatorRounds;
+    EXPECT_TRUE(pending.empty());
+    EXPECT_EQ(c.cache().size(), 0) << "a failed name stays out of the cache";
+    // The runtime goes on: the name works again, through the coordinator.
+    add(pending, msg("grad.w", {4}));
+    auto after = cycle(c, pending);
+    ASSERT_EQ(after.responses.size(), 1u);
+    EXPECT_TRUE(after.responses[0]->ok()) << after.responses[0]->error;
+  });
+  for (int r = 0; r < kRanks; ++r) {
+    const Response &resp = got[static_cast<size_t>(r)];
+    EXPECT_EQ(resp.status, HORA_ERR_MISMATCH) << "rank " << r;
+    EXPECT_EQ(resp.error,
+              "allreduce 'grad.w': rank 1 rejected it before submitting: input: dtype (code 5) "
+              "is not supported")
+        << "rank " << r;
+    EXPECT_FALSE(resp.agreed.isTombstone()) << "the response describes the op the others sent";
+    EXPECT_EQ(rounds[static_cast<size_t>(r)], 1) << "rank " << r;
+  }
+}
+
+// Several ranks refused: every one is named with its reason; a tombstone of another op says so.
+// Only tombstones: the name still fails everywhere (every rank's caller already had its error).
+TEST(CheckAgreement, TombstonesDecideWhateverTheOthersSent) {
+  RequestMsg a = msg("x", {4}), b = msg("x", {5}, OpType::kBroadcast);
+  RequestMsg t1 = tombstone("x", "root 9 is outside", OpType::kBroadcast);
+  RequestMsg t3 = tombstone("x", "data is NULL");
+  Response r = checkAgreement(std::vector<const RequestMsg *>{&a, &t1, &b, &t3, nullptr});
+  EXPECT_EQ(r.status, HORA_ERR_MISMATCH);
+  EXPECT_EQ(r.error,
+            "allreduce 'x': ranks 1,3 rejected it before submitting: rank 1: (its broadcast of "
+            "that name) root 9 is outside; rank 3: data is NULL");
+  EXPECT_EQ(r.joined, (std::vector<int32_t>{4}));
+  EXPECT_FALSE(cacheable(r));
+  r = checkAgreement(std::vector<RequestMsg>{t3, t3});
+  EXPECT_EQ(r.status, HORA_ERR_MISMATCH);
+  EXPECT_EQ(r.error, "allreduce 'x': ranks 0,1 rejected it before submitting: rank 0: data is "
+                     "NULL; rank 1: data is NULL");
+}
+
+// HORA_JOIN_ALLREDUCE_ONLY (Horovod's join): with a rank joined, only allreduce runs. The other
+// ops fail with UNSUPPORTED naming the joined ranks; without a joined rank, or in the default
+// mode, they run as before.
+TEST(CheckAgreement, AllreduceOnlyJoinModeRefusesTheOtherOpsWhileARankHasJoined) {
+  const std::vector<std::pair<OpType, Shape>> ops = {{OpType::kAllgather, {2, 3}},
+                                                     {OpType::kBroadcast, {4}},
+                                                     {OpType::kAlltoall, {3, 2}},
+                                                     {OpType::kReducescatter, {6}}};
+  for (const auto &[op, shape] : ops) {
+    RequestMsg m = msg("t", shape, op);
+    if (op == OpType::kAlltoall) m.splits = {1, 1, 1, 0};
+    const std::string name = opTypeName(op);
+    Response zeroFill = checkAgreement(std::vector<const RequestMsg *>{&m, nullptr, &m, nullptr});
+    EXPECT_TRUE(zeroFill.ok()) << name << ": " << zeroFill.error;
+    RequestMsg strict = m;
+    strict.joinMode = HORA_JOIN_ALLREDUCE_ONLY;
+    Response r = checkAgreement(std::vector<const RequestMsg *>{&strict, nullptr, &strict, nullptr});
+    EXPECT_EQ(r.status, HORA_ERR_UNSUPPORTED) << name;
+    EXPECT_EQ(r.error, name + " 't': ranks 1,3 have joined (hora_join); under Horovod's join "
+                              "semantics only allreduce runs while a rank has joined (join mode "
+                              "HORA_JOIN_ALLREDUCE_ONLY, hora_set_join_mode)");
+    r = checkAgreement(std::vector<const RequestMsg *>{&strict, &strict, nullptr});
+    EXPECT_NE(r.error.find(name + " 't': rank 2 has joined"), std::string::npos) << r.error;
+    // The stricter mode wins if the ranks differ.
+    r = checkAgreement(std::vector<const RequestMsg *>{&m, &strict, nullptr});
+    EXPECT_EQ(r.status, HORA_ERR_UNSUPPORTED) << name;
+    // Nobody joined: the mode does not matter.
+    r = checkAgreement(std::vector<const RequestMsg *>{&strict, &strict, &strict, &strict});
+    EXPECT_TRUE(r.ok()) << name << ": " << r.error;
+  }
+  RequestMsg ar = msg("ar", {4});
+  ar.joinMode = HORA_JOIN_ALLREDUCE_ONLY;
+  Response r = checkAgreement(std::vector<const RequestMsg *>{&ar, nullptr});
+  EXPECT_TRUE(r.ok()) << "allreduce runs with a rank joined: " << r.error;
+  EXPECT_EQ(r.joined, (std::vector<int32_t>{1}));
+}
+
 TEST(CheckAgreement, JoinedRanksAreLeftOutAndABroadcastFromOneFails) {
   RequestMsg a = msg("t", {4}), b = msg("t", {4});
   Response r = checkAgreement(std::vector<const RequestMsg *>{&a, nullptr, &b});

@@ -22,6 +22,8 @@ RequestMsg sample(int i) {
   m.postscale = 1.0 / (i + 1);
   m.shapes = {{i, 3, 7}, {}};
   m.splits = {i, 0, 2 * i};
+  m.joinMode = static_cast<uint8_t>(i % 2);
+  if (i % 3 == 2) m.rejected = "input: dtype (code 5, bits 64) is not supported #" + std::to_string(i);
   return m;
 }
 
@@ -91,6 +93,35 @@ TEST(Message, WrongKindTrailingBytesAndBadEnumsAreRejected) {
     EXPECT_EQ(e.status(), HORA_ERR_INTERNAL);
     EXPECT_NE(e.message().find("malformed"), std::string::npos);
   }
+}
+
+// A tombstone and the join mode travel, and take part in a request's identity (the response
+// cache's signature): a tombstone never equals the real request of its name.
+TEST(Message, TombstoneAndJoinModeRoundTripAndCount) {
+  RequestMsg real = sample(1);
+  real.rejected.clear();
+  real.joinMode = HORA_JOIN_ZERO_FILL;
+  RequestMsg tomb = real;
+  tomb.rejected = "root 7 is outside the process set's ranks [0, 2)";
+  EXPECT_FALSE(real.isTombstone());
+  EXPECT_TRUE(tomb.isTombstone());
+  EXPECT_FALSE(tomb == real);
+  RequestMsg strict = real;
+  strict.joinMode = HORA_JOIN_ALLREDUCE_ONLY;
+  EXPECT_FALSE(strict == real);
+  std::vector<RequestMsg> out = decodeRequests(encodeRequests({real, tomb, strict}));
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0].rejected, "");
+  EXPECT_EQ(out[1].rejected, tomb.rejected);
+  EXPECT_EQ(out[2].joinMode, HORA_JOIN_ALLREDUCE_ONLY);
+  EXPECT_TRUE(out[1] == tomb);
+  // An unknown join mode is refused. It is the byte after the splits, which end the message
+  // before the rejection's (empty) length.
+  std::string bytes = encodeRequests({real});
+  const size_t modeAt = bytes.size() - 8 - 1;
+  ASSERT_EQ(bytes[modeAt], 0);
+  bytes[modeAt] = 2;
+  EXPECT_THROW(decodeRequests(bytes), Error);
 }
 
 TEST(Message, HugeCountsDoNotAllocate) {

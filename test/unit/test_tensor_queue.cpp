@@ -52,6 +52,56 @@ TEST(TensorQueue, DuplicateNameInFlightIsRefusedUntilReleased) {
   EXPECT_NO_THROW(q.push(req("a")));
 }
 
+RequestPtr tomb(const std::string &name) {
+  RequestMsg m;
+  m.name = name;
+  m.rejected = "refused here";
+  return std::make_shared<Request>(m, 0, std::vector<TensorArg>{});
+}
+
+// Behind a tombstone (this rank refused the name and told the others), later requests of the
+// name wait, in order: tombstones, then one real request, which is queued once the ones ahead of
+// it are released. A real request of the name ahead of them is still a duplicate.
+TEST(TensorQueue, RequestsOfARefusedNameWaitBehindItInOrder) {
+  TensorQueue q;
+  q.push(tomb("a"));
+  RequestPtr again = tomb("a"), real = req("a");
+  q.push(again);
+  q.push(real);
+  EXPECT_THROW(q.push(req("a")), Error) << "two real requests of one name";
+  try {
+    q.push(tomb("a"));
+    FAIL() << "a tombstone behind a real request accepted";
+  } catch (const Error &e) {
+    EXPECT_EQ(e.status(), HORA_ERR_DUPLICATE_NAME);
+    EXPECT_NE(e.message().find("behind a refused call"), std::string::npos) << e.message();
+  }
+  auto got = waitAndPop(q, false, steady_clock::now(), nanoseconds(0));
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_TRUE(got[0]->msg().isTombstone());
+  std::thread engine([&] {  // woken by the release below, with the next one queued
+    auto next = waitAndPop(q, false, steady_clock::now(), nanoseconds(0));
+    ASSERT_EQ(next.size(), 1u);
+    EXPECT_EQ(next[0], again);
+  });
+  std::this_thread::sleep_for(milliseconds(20));
+  q.release({got[0]->name()});
+  engine.join();
+  q.release({again->name()});
+  got = waitAndPop(q, false, steady_clock::now(), nanoseconds(0));
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0], real);
+  EXPECT_THROW(q.push(req("a")), Error) << "the real one is in flight now";
+  q.release({real->name()});
+  EXPECT_NO_THROW(q.push(req("a")));
+  // A real request ahead: the tombstone is a duplicate like any other.
+  EXPECT_THROW(q.push(tomb("a")), Error);
+  // Close hands back the waiting ones too.
+  q.push(tomb("b"));
+  q.push(req("b"));
+  EXPECT_EQ(q.close(Status{HORA_ERR_SHUT_DOWN, "bye"}).size(), 3u);
+}
+
 TEST(TensorQueue, IdleWaitWakesOnPush) {
   TensorQueue q;
   std::thread producer([&] {

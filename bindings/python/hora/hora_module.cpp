@@ -442,6 +442,28 @@ PYBIND11_MODULE(_hora, m) {
   m.def("cuda_set_stream", [](uintptr_t stream) {
     check(hora_cuda_set_stream(reinterpret_cast<void *>(stream)), "cuda_set_stream");
   });
+  // A refusal of the caller's own (a check in Python before reaching hora) told to the set's
+  // other ranks, whose op of that name then fails instead of waiting (hora_reject). Never raises:
+  // it runs while the caller's own error is on its way, and does nothing when hora is not running
+  // or the set is unknown.
+  m.def(
+      "reject",
+      [](const py::object &op, const py::object &name, const py::object &processSet,
+         const py::object &reason) {
+        try {
+          const std::string opName = py::str(op);
+          const bool unnamed = name.is_none();
+          const std::string tensor = unnamed ? std::string() : std::string(py::str(name));
+          const int32_t set = processSet.is_none() ? 0 : processSet.cast<int32_t>();
+          const std::string why = reason.is_none() ? std::string() : std::string(py::str(reason));
+          hora_reject(opName.c_str(), unnamed ? nullptr : tensor.c_str(), set, why.c_str());
+        } catch (...) {  // a conversion's Python error is dropped with it
+        }
+      },
+      py::arg("op"), py::arg("name"), py::arg("process_set"), py::arg("reason"));
+  m.def(
+      "set_join_mode", [](int mode) { check(hora_set_join_mode(mode), "set_join_mode"); },
+      py::arg("mode"));
   m.def("timeline_start",
         [](const std::string &path) { check(hora_timeline_start(path.c_str()), "timeline_start"); });
   m.def("timeline_stop", [] { check(hora_timeline_stop(), "timeline_stop"); });
