@@ -191,7 +191,9 @@ Parsed parseTensor(const Call &call, const char *role, const DLTensor *t) {
     p.numel = next;
     p.shape.push_back(dim);
   }
-  if (t->strides != nullptr) {
+  // A tensor without elements has no layout to get wrong (torch exports an empty (0, k) tensor
+  // with strides [1, 1]).
+  if (t->strides != nullptr && p.numel > 0) {
     int64_t expected = 1;
     for (int d = t->ndim - 1; d >= 0; --d) {
       // A dimension of extent 1 may carry any stride (frameworks do that); it moves nothing.

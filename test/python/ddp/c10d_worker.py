@@ -6,6 +6,7 @@ function of r), never with a collective. Started by test_c10d.py under horarun o
 
 import os
 import sys
+import threading
 import time
 import warnings
 
@@ -261,13 +262,14 @@ def check_async(rank, size):
          "then()")
     # A callback that submits a collective (as PowerSGD's comm hook does) runs on the backend's
     # thread that completes ops, while this thread has queued more ops of one signature than
-    # there are names: neither may wait for the other. The other ranks come late, so that rank
-    # 0's callback runs after its ops are queued.
-    if rank > 0:
-        time.sleep(0.3)
+    # there are names: neither may wait for the other. Ops are named by call order, so the
+    # callback's op must come after the 12 on every rank: it waits until they are queued (their
+    # calls return at once), else a fast completion on a late rank would call it in between.
     inner = []
+    queued = threading.Event()
 
     def submit_from_callback(fut):
+        assert queued.wait(60), "the 12 all_reduce calls did not return"
         t = contribution(rank, (7,))
         inner.append((t, dist.all_reduce(t, async_op=True)))
         return fut.value()
@@ -275,6 +277,7 @@ def check_async(rank, size):
     chained = dist.all_reduce(torch.ones(3), async_op=True).get_future().then(
         submit_from_callback)
     works = [dist.all_reduce(torch.ones(5), async_op=True) for _ in range(12)]
+    queued.set()
     chained.wait()
     for w in works:
         w.wait()

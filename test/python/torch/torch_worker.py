@@ -79,6 +79,10 @@ def collectives(r, n):
     gathered = hvd.allgather(rows)
     check(gathered.dtype == torch.bfloat16, "allgather keeps bfloat16")
     same(gathered, torch.cat([torch.full((k + 1, 2), float(k)) for k in range(n)]), "allgather")
+    # rank 0 sends no rows: torch exports an empty (0, 3) tensor with strides [1, 1]
+    uneven = hvd.allgather(torch.full((r, 3), float(r)))
+    same(uneven, torch.cat([torch.full((k, 3), float(k)) for k in range(n)]),
+         "allgather with an empty (0, 3) tensor on rank 0")
     pair = hvd.grouped_allgather([torch.tensor([r]), torch.tensor([[r, r]])])
     same(pair[0], torch.arange(n), "grouped_allgather 0")
     same(pair[1], torch.arange(n).repeat_interleave(2).reshape(n, 2), "grouped_allgather 1")
