@@ -150,8 +150,17 @@ def errors(r, n):
         same(hvd.allreduce(torch.ones(2), op=hvd.Sum), torch.full((2,), float(n)),
              "usable after a mismatch")
     same(hvd.allreduce(torch.full((2,), r, dtype=torch.int32)),
-         torch.full((2,), round((n - 1) / 2), dtype=torch.int32),
-         "Average on int32, rounded (test_semantics.py checks it thoroughly)")
+         torch.full((2,), (n * (n - 1) // 2) // n, dtype=torch.int32),
+         "Average on int32, truncated (test_semantics.py checks it thoroughly)")
+    # splits must be integers: a float tensor is refused on every rank, not truncated
+    try:
+        hvd.alltoall(torch.ones(n), torch.full((n,), 1e30))
+    except ValueError as e:
+        check("splits" in str(e), "alltoall float splits: the error names them")
+    else:
+        raise AssertionError("alltoall with float splits did not raise")
+    same(hvd.alltoall(torch.full((n,), float(r)), torch.ones(n, dtype=torch.int16))[0],
+         torch.arange(n, dtype=torch.float32), "alltoall with int16 splits")
 
 
 def process_sets(r, n):

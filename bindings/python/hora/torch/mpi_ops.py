@@ -564,7 +564,22 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
 # --- alltoall ---------------------------------------------------------------------------------
 
 def _split_list(splits):
-    return None if splits is None else [int(s) for s in splits]
+    """alltoall's splits as Python ints: an integer tensor or a sequence of integers (a float
+    tensor is refused, as Horovod refuses non-int32 splits, rather than truncated)."""
+    if splits is None:
+        return None
+    if isinstance(splits, torch.Tensor):
+        if splits.dtype.is_floating_point or splits.dtype.is_complex or splits.dtype == torch.bool:
+            raise ValueError("hora.torch.alltoall: splits must be an integer tensor, not %s"
+                             % splits.dtype)
+        splits = splits.reshape(-1).tolist()
+    out = []
+    for s in splits:
+        if isinstance(s, bool) or not float(s).is_integer() or abs(int(s)) >= 2 ** 63:
+            raise ValueError("hora.torch.alltoall: splits must be integers in int64's range; "
+                             "got %r" % (s,))
+        out.append(int(s))
+    return out
 
 
 @_announces("alltoall")
