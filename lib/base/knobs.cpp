@@ -341,6 +341,8 @@ const std::vector<OtherVariable> kOtherVariables = {
     {"HORA_SANITIZERS", "tools/run_tests.sh, tools/run_loaded.sh"},
     {"HORA_GRADS_DATA", "tools/run_main.sh"},
     {"HORA_FUZZ_CXX", "test/fuzz/run_fuzz.sh"},
+    {"HORA_SUITE_CASE_S", "tools/horovod_suite.sh (each case's time limit)"},
+    {"HORA_SUITE_TOTAL_S", "tools/horovod_suite.sh (the gloo mode's time limit)"},
 };
 
 std::string upper(std::string text) {
