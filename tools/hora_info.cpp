@@ -8,6 +8,9 @@
 #include "base/error.h"
 #include "base/knobs.h"
 #include "hora_config.h"
+#if HORA_HAVE_UCX
+#include "backends/ucx/ucx_backend.h"
+#endif
 #if HORA_HAVE_NCCL
 #include "backends/nccl/nccl_device.h"  // no CUDA headers: facades
 #include "backends/nccl/nccl_kernels.h"
@@ -98,8 +101,12 @@ int main(int argc, char **argv) {
   std::printf("  bootstraps:   mpi %s, env:// and slurm %s, single yes\n",
               HORA_HAVE_MPI ? "yes" : "no (built without MPI)",
               HORA_HAVE_GLOO ? "yes" : "no (built without Gloo)");
-  std::printf("  cpu backends: mpi %s, gloo %s, self (world of one) yes\n",
-              HORA_HAVE_MPI ? "yes" : "no", HORA_HAVE_GLOO ? "yes" : "no");
+  std::printf("  cpu backends: mpi %s, gloo %s, ucx %s, self (world of one) yes\n",
+              HORA_HAVE_MPI ? "yes" : "no", HORA_HAVE_GLOO ? "yes" : "no", HORA_HAVE_UCX ? "yes" : "no");
+#if HORA_HAVE_UCX
+  std::printf("                %s\n", hora::ucxDescription().c_str());
+  std::printf("                (HORA_LOG_LEVEL=info: each rank logs the transport UCX chose per peer)\n");
+#endif
 #if HORA_HAVE_NCCL
   const int gpus = hora::nccl_device::deviceCount();
   std::printf("  gpu backends: nccl yes (untested on a GPU so far); %d CUDA device%s visible%s%s\n",

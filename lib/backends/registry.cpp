@@ -17,6 +17,9 @@
 #if HORA_HAVE_NCCL
 #include "backends/nccl/nccl_executor.h"
 #endif
+#if HORA_HAVE_UCX
+#include "backends/ucx/ucx_backend.h"
+#endif
 #if HORA_HAVE_MPI
 #include "backends/mpi/mpi_backend.h"
 #include "bootstrap/mpi/mpi_bootstrap.h"
@@ -41,6 +44,36 @@ std::vector<Candidate> candidates(const Knobs &knobs) {
                       return nullptr;
                     }
                     return createMpiBackend(mpi->dataComm(), knobs.timeoutS);
+                  }});
+#endif
+#if HORA_HAVE_UCX
+  // By default for worlds that span hosts and were not formed by MPI; anywhere when asked for.
+  list.push_back({"ucx", [&knobs](Bootstrap &b, Group &g, std::string *why) -> std::unique_ptr<Backend> {
+                    if (knobs.cpuBackend != "ucx") {
+                      if (std::string(b.launcher()) == "mpi") {
+                        *why = "the world was formed by MPI, whose own plane is the default there";
+                        return nullptr;
+                      }
+                      if (b.topology().localSize == b.topology().size) {
+                        *why = "every rank is on one host";
+                        return nullptr;
+                      }
+                    }
+                    try {
+                      return createUcxBackend(g, knobs.timeoutS);
+                    } catch (const Error &e) {
+                      // Every rank learns of a failure to start together (UcxComm agrees on it
+                      // before connecting), so every rank falls back alike.
+                      if (knobs.cpuBackend == "ucx" || e.status() != HORA_ERR_BACKEND) throw;
+                      *why = e.what();
+                      HORA_LOG(kWarning) << "UCX plane unavailable, using the next: " << e.what();
+                      return nullptr;
+                    }
+                  }});
+#else
+  list.push_back({"ucx", [](Bootstrap &, Group &, std::string *why) -> std::unique_ptr<Backend> {
+                    *why = "this build has no UCX (meson option ucx; Debian package libucx-dev)";
+                    return nullptr;
                   }});
 #endif
 #if HORA_HAVE_GLOO

@@ -101,9 +101,10 @@ const std::vector<KnobSpec> kTable = {
      },
      [](const Knobs &k) { return std::to_string(k.cacheCapacity); }},
     {"HORA_CPU_BACKEND", "auto",
-     "CPU data plane: `auto` (mpi under MPI, gloo otherwise), `mpi` or `gloo`",
+     "CPU data plane: `auto` (mpi under MPI; ucx, else gloo, for worlds spanning hosts; gloo "
+     "on one host), `mpi`, `gloo` or `ucx`",
      [](const std::string &t, Knobs &k, std::string *why) {
-       return parseChoice(t, {"auto", "mpi", "gloo"}, &k.cpuBackend, why);
+       return parseChoice(t, {"auto", "mpi", "gloo", "ucx"}, &k.cpuBackend, why);
      },
      [](const Knobs &k) { return k.cpuBackend; }},
     {"HORA_SHM", "auto",

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "base/dtype.h"
+#include "core/control_plane.h"
 #include "core/kernels.h"
 #include "core/types.h"
 
@@ -97,6 +98,12 @@ class Backend {
   // Only when caps().negotiationWords >= words.size(): bitwise AND of `words` across ranks, in
   // place, on the backend's own channel.
   virtual void andWords(std::vector<uint64_t> &words);
+  // The backend's own channel for all of negotiation (the per-cycle AND, the gather of new
+  // requests to rank 0, the broadcast of its answer), or nullptr: negotiation then runs on the
+  // group's control plane, with the AND through andWords where caps().negotiationWords allows.
+  // Calls on it are made by the set's cycles, in the same order on every rank, interleaved with
+  // the data collectives. Owned by the backend and valid while it lives.
+  virtual ControlPlane *negotiationPlane() { return nullptr; }
   // The bell for this rank's engine, or nullptr (the engine then backs off on a timer). Owned by
   // the backend and valid while it lives.
   virtual PeerBell *peerBell() { return nullptr; }

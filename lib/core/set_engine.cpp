@@ -16,28 +16,31 @@
 namespace hora {
 namespace {
 
-// The group's control plane, except that the per-cycle AND goes through the backend when its
-// capabilities offer a channel for it (backends/shm on one host). Every rank makes the same choice:
-// it depends only on the vector's length.
+// Negotiation's channel: the backend's own plane where it has one (UCX), else the group's control
+// plane; either way the per-cycle AND goes through the backend's andWords when its capabilities
+// offer a channel for it (backends/shm on one host). Every rank makes the same choice: it depends
+// only on the backend every rank made and on the vector's length.
 class NegotiationPlane final : public ControlPlane {
  public:
-  NegotiationPlane(ControlPlane &group, Backend &backend) : group_(group), backend_(backend) {}
-  int rank() const override { return group_.rank(); }
-  int size() const override { return group_.size(); }
+  NegotiationPlane(ControlPlane &group, Backend &backend)
+      : plane_(backend.negotiationPlane() != nullptr ? *backend.negotiationPlane() : group),
+        backend_(backend) {}
+  int rank() const override { return plane_.rank(); }
+  int size() const override { return plane_.size(); }
   void allreduceAnd(std::vector<uint64_t> &words) override {
     if (words.size() <= backend_.caps().negotiationWords) {
       backend_.andWords(words);
     } else {
-      group_.allreduceAnd(words);
+      plane_.allreduceAnd(words);
     }
   }
   std::vector<std::string> gatherToRoot(const std::string &blob) override {
-    return group_.gatherToRoot(blob);
+    return plane_.gatherToRoot(blob);
   }
-  void broadcastFromRoot(std::string &blob) override { group_.broadcastFromRoot(blob); }
+  void broadcastFromRoot(std::string &blob) override { plane_.broadcastFromRoot(blob); }
 
  private:
-  ControlPlane &group_;
+  ControlPlane &plane_;
   Backend &backend_;
 };
 

@@ -50,6 +50,7 @@ class ShmBackend final : public Backend {
 
   const char *name() const override { return name_.c_str(); }
   PeerBell *peerBell() override { return channel_.bell(); }
+  ControlPlane *negotiationPlane() override { return inner_->negotiationPlane(); }
   const BackendCaps &caps() const override { return caps_; }
 
   void allreduceSpans(const std::vector<Span> &spans, DType dtype, ReduceOp op, double prescale,

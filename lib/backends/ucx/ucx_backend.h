@@ -1,0 +1,22 @@
+// SPDX-License-Identifier: Apache-2.0
+// The UCX plane (Debian libucx-dev): data and negotiation for CPU tensors over whatever transports
+// UCX picks (TCP, shared memory, InfiniBand/RoCE verbs; UCX_TLS and friends narrow the choice).
+// Worker addresses travel over the group's own control plane, so it serves worlds formed by any
+// launcher: mpirun, env:// variables, Slurm.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/backend.h"
+#include "core/world.h"
+
+namespace hora {
+
+// Collective over `group`. Throws Error(HORA_ERR_BACKEND) when UCX cannot start or connect.
+std::unique_ptr<Backend> createUcxBackend(Group &group, double timeoutS);
+
+// UCX's version and the transports this machine offers it, for hora-info.
+std::string ucxDescription();
+
+}  // namespace hora

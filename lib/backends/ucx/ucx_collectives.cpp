@@ -1,0 +1,343 @@
+// SPDX-License-Identifier: Apache-2.0
+// Recursive doubling, the chunked ring, trees and direct exchanges on UcxComm.
+#include "backends/ucx/ucx_collectives.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+namespace hora::ucx {
+namespace {
+
+int mod(int a, int n) { return ((a % n) + n) % n; }
+
+uint8_t *at(void *base, int64_t elems, size_t esize) {
+  return static_cast<uint8_t *>(base) + static_cast<size_t>(elems) * esize;
+}
+
+size_t envKiB(const char *name, size_t fallback) {
+  if (const char *v = std::getenv(name)) {
+    char *end = nullptr;
+    const long kib = std::strtol(v, &end, 10);
+    if (end != v && *end == '\0' && kib > 0) return static_cast<size_t>(kib) << 10;
+  }
+  return fallback;
+}
+
+// Chunk j of a segment [off, off + len) cut into k chunks of near-equal length.
+struct Range {
+  int64_t off, len;
+};
+Range chunkOf(int64_t off, int64_t len, int64_t k, int64_t j) {
+  const int64_t per = (len + k - 1) / k;
+  const int64_t begin = std::min(len, j * per);
+  return {off + begin, std::min(len, begin + per) - begin};
+}
+
+// The ring over segments (offsets and lengths in elements): reduce-scatter, so that rank r ends
+// with segment r reduced, then (withAllgather) the allgather of the reduced segments.
+void ring(UcxComm &c, const Tuning &t, void *work, const std::vector<int64_t> &segOff,
+          const std::vector<int64_t> &segLen, size_t esize, const Combine &combine, bool withAllgather,
+          std::vector<uint8_t> &scratch) {
+  const int n = c.size(), r = c.rank();
+  const int next = mod(r + 1, n), prev = mod(r - 1, n);
+  const int64_t maxSeg = *std::max_element(segLen.begin(), segLen.end());
+  const int64_t chunkElems = std::max<int64_t>(1, static_cast<int64_t>(t.chunkBytes / esize));
+  const int64_t k = std::max<int64_t>(1, (maxSeg + chunkElems - 1) / chunkElems);
+  const int steps = n - 1;
+  const uint32_t seq = c.reserve(static_cast<uint32_t>((withAllgather ? 2 : 1) * steps * k));
+  auto tag = [&](int step, int64_t j) { return seq + static_cast<uint32_t>(step * k + j); };
+  auto chunk = [&](int seg, int64_t j) { return chunkOf(segOff[seg], segLen[seg], k, j); };
+  const size_t half = static_cast<size_t>(maxSeg) * esize;
+  scratch.resize(std::max<size_t>(1, 2 * half));
+
+  UcxComm::Batch sends(c);
+  // Reduce-scatter step s: receive segment r-s-2 from prev into scratch half s%2 and reduce it
+  // into work; send segment r-s-1 (reduced at step s-1) to next.
+  auto postRecvs = [&](int s) {
+    auto b = std::make_unique<UcxComm::Batch>(c);
+    const int seg = mod(r - s - 2, n);
+    for (int64_t j = 0; j < k; ++j) {
+      const Range ch = chunk(seg, j);
+      b->recv(prev, tag(s, j), scratch.data() + (s % 2) * half + static_cast<size_t>(ch.off - segOff[seg]) * esize,
+              static_cast<size_t>(ch.len) * esize);
+    }
+    return b;
+  };
+  for (int64_t j = 0; j < k; ++j) {
+    const Range ch = chunk(mod(r - 1, n), j);
+    sends.send(next, tag(0, j), at(work, ch.off, esize), static_cast<size_t>(ch.len) * esize);
+  }
+  std::unique_ptr<UcxComm::Batch> recvs[2];
+  recvs[0] = postRecvs(0);
+  for (int s = 0; s < steps; ++s) {
+    if (s + 1 < steps) recvs[(s + 1) % 2] = postRecvs(s + 1);
+    const int seg = mod(r - s - 2, n);
+    for (int64_t j = 0; j < k; ++j) {
+      recvs[s % 2]->waitOne(static_cast<size_t>(j));
+      const Range ch = chunk(seg, j);
+      combine(at(work, ch.off, esize),
+              scratch.data() + (s % 2) * half + static_cast<size_t>(ch.off - segOff[seg]) * esize, ch.len);
+      if (s + 1 < steps) {
+        sends.send(next, tag(s + 1, j), at(work, ch.off, esize), static_cast<size_t>(ch.len) * esize);
+      } else if (withAllgather) {  // seg == r, final: the allgather's first step
+        sends.send(next, tag(steps, j), at(work, ch.off, esize), static_cast<size_t>(ch.len) * esize);
+      }
+    }
+  }
+  if (withAllgather) {
+    // Allgather step s: receive segment r-s-1 from prev in place, pass it on at step s+1.
+    UcxComm::Batch gather(c);
+    for (int s = 0; s < steps; ++s) {
+      const int seg = mod(r - s - 1, n);
+      for (int64_t j = 0; j < k; ++j) {
+        const Range ch = chunk(seg, j);
+        gather.recv(prev, tag(steps + s, j), at(work, ch.off, esize), static_cast<size_t>(ch.len) * esize);
+      }
+    }
+    for (int s = 0; s < steps; ++s) {
+      const int seg = mod(r - s - 1, n);
+      for (int64_t j = 0; j < k; ++j) {
+        gather.waitOne(static_cast<size_t>(s * k + j));
+        if (s + 1 < steps) {
+          const Range ch = chunk(seg, j);
+          sends.send(next, tag(steps + s + 1, j), at(work, ch.off, esize), static_cast<size_t>(ch.len) * esize);
+        }
+      }
+    }
+  }
+  sends.waitAll();
+}
+
+// Recursive doubling on the whole vector (see the header).
+void recursiveDoubling(UcxComm &c, void *buf, int64_t count, size_t esize, const Combine &combine,
+                       std::vector<uint8_t> &scratch) {
+  const int n = c.size(), r = c.rank();
+  int p2 = 1, rounds = 0;
+  while (p2 * 2 <= n) {
+    p2 *= 2;
+    ++rounds;
+  }
+  const uint32_t seq = c.reserve(static_cast<uint32_t>(rounds + 2));
+  const size_t bytes = static_cast<size_t>(count) * esize;
+  scratch.resize(std::max<size_t>(1, bytes));
+  const int extra = n - p2;
+  if (r >= p2) {  // fold into rank r - p2, get the result back last
+    UcxComm::Batch b(c);
+    b.send(r - p2, seq, buf, bytes);
+    b.recv(r - p2, seq + static_cast<uint32_t>(rounds + 1), scratch.data(), bytes);
+    b.waitAll();
+    std::memcpy(buf, scratch.data(), bytes);
+    return;
+  }
+  if (r < extra) {
+    UcxComm::Batch b(c);
+    b.recv(r + p2, seq, scratch.data(), bytes);
+    b.waitAll();
+    combine(buf, scratch.data(), count);
+  }
+  for (int mask = 1, round = 1; mask < p2; mask <<= 1, ++round) {
+    const int peer = r ^ mask;
+    UcxComm::Batch b(c);
+    b.recv(peer, seq + static_cast<uint32_t>(round), scratch.data(), bytes);
+    b.send(peer, seq + static_cast<uint32_t>(round), buf, bytes);
+    b.waitAll();
+    combine(buf, scratch.data(), count);
+  }
+  if (r < extra) {
+    UcxComm::Batch b(c);
+    b.send(r + p2, seq + static_cast<uint32_t>(rounds + 1), buf, bytes);
+    b.waitAll();
+  }
+}
+
+// Binomial tree from `root`: this rank's parent (or -1) and children, as real ranks.
+void binomial(int n, int r, int root, int *parent, std::vector<int> *children) {
+  const int vr = mod(r - root, n);
+  int mask = 1;
+  *parent = -1;
+  while (mask < n) {
+    if (vr & mask) {
+      *parent = mod(vr - mask + root, n);
+      break;
+    }
+    mask <<= 1;
+  }
+  for (mask >>= 1; mask > 0; mask >>= 1) {
+    if (vr + mask < n) children->push_back(mod(vr + mask + root, n));
+  }
+}
+
+}  // namespace
+
+Tuning Tuning::fromEnvironment() {
+  Tuning t;
+  t.smallBytes = envKiB("HORA_UCX_SMALL_KB", t.smallBytes);
+  t.chunkBytes = envKiB("HORA_UCX_CHUNK_KB", t.chunkBytes);
+  return t;
+}
+
+void allreduce(UcxComm &c, const Tuning &t, void *buf, int64_t count, size_t esize, const Combine &combine,
+               std::vector<uint8_t> &scratch) {
+  const int n = c.size();
+  if (n == 1 || count == 0) return;
+  if (static_cast<size_t>(count) * esize <= t.smallBytes || count < n) {
+    recursiveDoubling(c, buf, count, esize, combine, scratch);
+    return;
+  }
+  std::vector<int64_t> off(static_cast<size_t>(n)), len(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    off[static_cast<size_t>(i)] = count * i / n;
+    len[static_cast<size_t>(i)] = count * (i + 1) / n - off[static_cast<size_t>(i)];
+  }
+  ring(c, t, buf, off, len, esize, combine, /*withAllgather=*/true, scratch);
+}
+
+void reduceScatterInPlace(UcxComm &c, const Tuning &t, void *work, const std::vector<int64_t> &counts,
+                          size_t esize, const Combine &combine, std::vector<uint8_t> &scratch) {
+  const int n = c.size();
+  if (n == 1) return;
+  std::vector<int64_t> off(static_cast<size_t>(n));
+  int64_t total = 0;
+  for (int i = 0; i < n; ++i) {
+    off[static_cast<size_t>(i)] = total;
+    total += counts[static_cast<size_t>(i)];
+  }
+  if (total == 0) return;
+  if (static_cast<size_t>(total) * esize <= t.smallBytes) {
+    recursiveDoubling(c, work, total, esize, combine, scratch);
+    return;
+  }
+  ring(c, t, work, off, counts, esize, combine, /*withAllgather=*/false, scratch);
+}
+
+void broadcast(UcxComm &c, const Tuning &t, void *buf, size_t bytes, int root) {
+  const int n = c.size(), r = c.rank();
+  if (n == 1 || bytes == 0) return;
+  if (bytes <= t.smallBytes) {
+    const uint32_t seq = c.reserve(1);
+    int parent;
+    std::vector<int> children;
+    binomial(n, r, root, &parent, &children);
+    if (parent >= 0) {
+      UcxComm::Batch b(c);
+      b.recv(parent, seq, buf, bytes);
+      b.waitAll();
+    }
+    UcxComm::Batch b(c);
+    for (int child : children) b.send(child, seq, buf, bytes);
+    b.waitAll();
+    return;
+  }
+  // A chain in rank order from the root; each chunk is passed on as soon as it has arrived.
+  const int64_t k = static_cast<int64_t>((bytes + t.chunkBytes - 1) / t.chunkBytes);
+  const uint32_t seq = c.reserve(static_cast<uint32_t>(k));
+  const int vr = mod(r - root, n);
+  const int prev = mod(r - 1, n), next = mod(r + 1, n);
+  UcxComm::Batch recvs(c), sends(c);
+  if (vr > 0) {
+    for (int64_t j = 0; j < k; ++j) {
+      const Range ch = chunkOf(0, static_cast<int64_t>(bytes), k, j);
+      recvs.recv(prev, seq + static_cast<uint32_t>(j), at(buf, ch.off, 1), static_cast<size_t>(ch.len));
+    }
+  }
+  for (int64_t j = 0; j < k; ++j) {
+    if (vr > 0) recvs.waitOne(static_cast<size_t>(j));
+    if (vr + 1 < n) {
+      const Range ch = chunkOf(0, static_cast<int64_t>(bytes), k, j);
+      sends.send(next, seq + static_cast<uint32_t>(j), at(buf, ch.off, 1), static_cast<size_t>(ch.len));
+    }
+  }
+  sends.waitAll();
+}
+
+void allgatherv(UcxComm &c, const void *in, void *out, const std::vector<int64_t> &bytesPerRank) {
+  const int n = c.size(), r = c.rank();
+  const uint32_t seq = c.reserve(1);
+  std::vector<int64_t> off(static_cast<size_t>(n));
+  int64_t total = 0;
+  for (int i = 0; i < n; ++i) {
+    off[static_cast<size_t>(i)] = total;
+    total += bytesPerRank[static_cast<size_t>(i)];
+  }
+  const size_t mine = static_cast<size_t>(bytesPerRank[static_cast<size_t>(r)]);
+  uint8_t *myOut = at(out, off[static_cast<size_t>(r)], 1);
+  if (mine > 0 && myOut != in) std::memmove(myOut, in, mine);
+  UcxComm::Batch b(c);
+  for (int p = 0; p < n; ++p) {
+    if (p == r || bytesPerRank[static_cast<size_t>(p)] == 0) continue;
+    b.recv(p, seq, at(out, off[static_cast<size_t>(p)], 1), static_cast<size_t>(bytesPerRank[static_cast<size_t>(p)]));
+  }
+  for (int i = 1; i < n && mine > 0; ++i) b.send(mod(r + i, n), seq, myOut, mine);
+  b.waitAll();
+}
+
+void alltoallv(UcxComm &c, const void *in, const std::vector<int64_t> &sendBytes, void *out,
+               const std::vector<int64_t> &recvBytes) {
+  const int n = c.size(), r = c.rank();
+  const uint32_t seq = c.reserve(1);
+  std::vector<int64_t> sendOff(static_cast<size_t>(n)), recvOff(static_cast<size_t>(n));
+  for (int i = 1; i < n; ++i) {
+    sendOff[static_cast<size_t>(i)] = sendOff[static_cast<size_t>(i - 1)] + sendBytes[static_cast<size_t>(i - 1)];
+    recvOff[static_cast<size_t>(i)] = recvOff[static_cast<size_t>(i - 1)] + recvBytes[static_cast<size_t>(i - 1)];
+  }
+  const auto self = static_cast<size_t>(r);
+  if (recvBytes[self] > 0) {
+    std::memmove(at(out, recvOff[self], 1), at(const_cast<void *>(in), sendOff[self], 1),
+                 static_cast<size_t>(recvBytes[self]));
+  }
+  UcxComm::Batch b(c);
+  for (int i = 1; i < n; ++i) {
+    const auto p = static_cast<size_t>(mod(r - i, n));
+    if (recvBytes[p] > 0) b.recv(static_cast<int>(p), seq, at(out, recvOff[p], 1), static_cast<size_t>(recvBytes[p]));
+  }
+  for (int i = 1; i < n; ++i) {
+    const auto p = static_cast<size_t>(mod(r + i, n));
+    if (sendBytes[p] > 0) {
+      b.send(static_cast<int>(p), seq, at(const_cast<void *>(in), sendOff[p], 1), static_cast<size_t>(sendBytes[p]));
+    }
+  }
+  b.waitAll();
+}
+
+void andWords(UcxComm &c, std::vector<uint64_t> &words, std::vector<uint8_t> &scratch) {
+  if (c.size() == 1 || words.empty()) return;
+  recursiveDoubling(
+      c, words.data(), static_cast<int64_t>(words.size()), sizeof(uint64_t),
+      [](void *dst, const void *src, int64_t count) {
+        auto *d = static_cast<uint64_t *>(dst);
+        const auto *s = static_cast<const uint64_t *>(src);
+        for (int64_t i = 0; i < count; ++i) d[i] &= s[i];
+      },
+      scratch);
+}
+
+std::vector<std::string> gatherToRoot(UcxComm &c, const std::string &blob) {
+  const uint32_t seq = c.reserve(1);
+  std::vector<std::string> out;
+  if (c.rank() != 0) {
+    UcxComm::Batch b(c);
+    b.send(0, seq, blob.data(), blob.size());
+    b.waitAll();
+    return out;
+  }
+  out.resize(static_cast<size_t>(c.size()));
+  out[0] = blob;
+  for (int p = 1; p < c.size(); ++p) out[static_cast<size_t>(p)] = c.recvAny(p, seq);
+  return out;
+}
+
+void broadcastFromRoot(UcxComm &c, std::string &blob) {
+  if (c.size() == 1) return;
+  const uint32_t seq = c.reserve(1);
+  int parent;
+  std::vector<int> children;
+  binomial(c.size(), c.rank(), 0, &parent, &children);
+  if (parent >= 0) blob = c.recvAny(parent, seq);
+  UcxComm::Batch b(c);
+  for (int child : children) b.send(child, seq, blob.data(), blob.size());
+  b.waitAll();
+}
+
+}  // namespace hora::ucx

@@ -1,0 +1,427 @@
+// SPDX-License-Identifier: Apache-2.0
+// UcxComm: worker, endpoints, tagged messages and the event-driven wait.
+#include "backends/ucx/ucx_comm.h"
+
+#include <poll.h>
+#include <stdio.h>
+#include <sys/random.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+
+#include "base/error.h"
+#include "base/logging.h"
+
+namespace hora {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr uint64_t kSeqMask = 0xffffffffull;
+constexpr int kMaxRanks = 1 << 16;  // the sender's rank has 16 tag bits
+
+[[noreturn]] void throwUcx(const char *what, ucs_status_t status) {
+  HORA_THROW(HORA_ERR_BACKEND, "UCX: ", what, ": ", ucs_status_string(status));
+}
+
+void check(ucs_status_t status, const char *what) {
+  if (status != UCS_OK) throwUcx(what, status);
+}
+
+void onEndpointError(void *arg, ucp_ep_h, ucs_status_t status) {
+  auto *who = static_cast<std::pair<UcxComm *, int> *>(arg);
+  who->first->peerFailed(who->second, status);
+}
+
+// How long a wait polls before it sleeps on the event fd. A reply on this host or across a
+// fast link comes within tens of microseconds; longer waits are a peer that has not arrived.
+std::chrono::nanoseconds spinBudget() {
+  if (const char *v = std::getenv("HORA_UCX_SPIN_US")) {
+    char *end = nullptr;
+    const double us = std::strtod(v, &end);
+    if (end != v && us >= 0) return std::chrono::nanoseconds(static_cast<int64_t>(us * 1000));
+  }
+  return std::chrono::microseconds(50);
+}
+
+void put64(std::string &out, uint64_t v) { out.append(reinterpret_cast<const char *>(&v), 8); }
+uint64_t get64(const std::string &in, size_t &at) {
+  HORA_ENFORCE(at + 8 <= in.size(), "UCX address exchange: truncated message");
+  uint64_t v;
+  std::memcpy(&v, in.data() + at, 8);
+  at += 8;
+  return v;
+}
+
+}  // namespace
+
+UcxComm::UcxComm(Group &group, double timeoutS)
+    : rank_(group.rank()), size_(group.size()), timeoutS_(timeoutS), spin_(spinBudget()) {
+  if (size_ > kMaxRanks) {
+    HORA_THROW(HORA_ERR_UNSUPPORTED, "the UCX plane serves at most ", kMaxRanks, " ranks, not ", size_);
+  }
+  // Start UCX here, then agree over the group's control plane that every rank could, so that a
+  // rank where UCX cannot start makes every rank give up alike (the caller may fall back).
+  std::string failed;
+  try {
+    startWorker();
+  } catch (const Error &e) {
+    failed = e.what();
+  }
+  std::vector<uint64_t> ok(1, failed.empty() ? 1 : 0);
+  group.control().allreduceAnd(ok);
+  try {
+    if (!failed.empty()) HORA_THROW(HORA_ERR_BACKEND, failed);
+    if (ok[0] == 0) HORA_THROW(HORA_ERR_BACKEND, "UCX could not start on another rank of the set");
+    exchangeAddresses(group);
+  } catch (...) {
+    closeEndpoints();
+    if (worker_ != nullptr) ucp_worker_destroy(worker_);
+    if (context_ != nullptr) ucp_cleanup(context_);
+    throw;
+  }
+}
+
+void UcxComm::startWorker() {
+  ucp_config_t *config = nullptr;
+  check(ucp_config_read(nullptr, nullptr, &config), "reading UCX_* configuration");
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+  params.mt_workers_shared = 0;
+  const ucs_status_t made = ucp_init(&params, config, &context_);
+  ucp_config_release(config);
+  if (made != UCS_OK) {
+    context_ = nullptr;
+    throwUcx("creating a context (ucp_init)", made);
+  }
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // the set's cycles: one thread at a time
+  if (const ucs_status_t s = ucp_worker_create(context_, &wp, &worker_); s != UCS_OK) {
+    worker_ = nullptr;
+    throwUcx("creating a worker", s);
+  }
+  check(ucp_worker_get_efd(worker_, &eventFd_), "getting the worker's event descriptor");
+}
+
+UcxComm::~UcxComm() {
+  closeEndpoints();
+  ucp_worker_destroy(worker_);
+  ucp_cleanup(context_);
+}
+
+void UcxComm::exchangeAddresses(Group &group) {
+  ucp_address_t *address = nullptr;
+  size_t length = 0;
+  check(ucp_worker_get_address(worker_, &address, &length), "getting the worker address");
+  std::string mine(reinterpret_cast<const char *>(address), length);
+  ucp_worker_release_address(worker_, address);
+
+  // Rank 0 collects every address, adds the secret, and sends the lot to everyone.
+  std::vector<std::string> all = group.control().gatherToRoot(mine);
+  std::string table;
+  if (rank_ == 0) {
+    uint64_t secret = 0;
+    if (getrandom(&secret, sizeof secret, 0) != static_cast<ssize_t>(sizeof secret)) {
+      secret = static_cast<uint64_t>(Clock::now().time_since_epoch().count()) * 0x9e3779b97f4a7c15ull;
+    }
+    put64(table, secret);
+    for (const std::string &a : all) {
+      put64(table, a.size());
+      table += a;
+    }
+  }
+  group.control().broadcastFromRoot(table);
+  size_t at = 0;
+  secret_ = (get64(table, at) & 0xffffull) << 48;
+  std::vector<std::string> addresses;
+  for (int r = 0; r < size_; ++r) {
+    const uint64_t n = get64(table, at);
+    HORA_ENFORCE(at + n <= table.size(), "UCX address exchange: truncated table");
+    addresses.push_back(table.substr(at, n));
+    at += n;
+  }
+
+  eps_.assign(static_cast<size_t>(size_), nullptr);
+  errArgs_.reserve(static_cast<size_t>(size_));
+  for (int r = 0; r < size_; ++r) errArgs_.emplace_back(this, r);
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    ucp_ep_params_t ep{};
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.address = reinterpret_cast<const ucp_address_t *>(addresses[static_cast<size_t>(r)].data());
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_handler.cb = onEndpointError;
+    ep.err_handler.arg = &errArgs_[static_cast<size_t>(r)];
+    const ucs_status_t s = ucp_ep_create(worker_, &ep, &eps_[static_cast<size_t>(r)]);
+    if (s != UCS_OK) {
+      HORA_THROW(HORA_ERR_BACKEND, "UCX: connecting rank ", rank_, " to rank ", r, ": ",
+                 ucs_status_string(s));
+    }
+  }
+}
+
+void UcxComm::closeEndpoints() {
+  // Flush what is still in flight to live peers (bounded), force the rest.
+  std::vector<void *> closing;
+  for (size_t r = 0; r < eps_.size(); ++r) {
+    if (eps_[r] == nullptr) continue;
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = failedPeer_ >= 0 ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    void *req = ucp_ep_close_nbx(eps_[r], &p);
+    if (UCS_PTR_IS_PTR(req)) closing.push_back(req);
+    eps_[r] = nullptr;
+  }
+  const Clock::time_point deadline = Clock::now() + std::chrono::seconds(2);
+  while (!closing.empty() && Clock::now() < deadline) {
+    ucp_worker_progress(worker_);
+    closing.erase(std::remove_if(closing.begin(), closing.end(),
+                                 [](void *req) {
+                                   if (ucp_request_check_status(req) == UCS_INPROGRESS) return false;
+                                   ucp_request_free(req);
+                                   return true;
+                                 }),
+                  closing.end());
+  }
+  for (void *req : closing) ucp_request_free(req);  // UCX completes and releases them later
+}
+
+void UcxComm::peerFailed(int peer, ucs_status_t status) {
+  if (failedPeer_ < 0) {
+    failedPeer_ = peer;
+    failure_ = status;
+  }
+}
+
+uint64_t UcxComm::tagFrom(int peer, uint32_t seq) const {
+  return secret_ | (static_cast<uint64_t>(peer) << 32) | seq;
+}
+uint64_t UcxComm::tagTo(uint32_t seq) const { return tagFrom(rank_, seq); }
+
+void UcxComm::checkPeers(const char *what) const {
+  if (failedPeer_ >= 0) {
+    HORA_THROW(HORA_ERR_PEER_LOST, what, ": rank ", rank_, " lost its connection to rank ",
+               failedPeer_, " (UCX: ", ucs_status_string(failure_), ")");
+  }
+}
+
+template <typename Done>
+void UcxComm::progressUntil(Done done, const char *what, int peer) {
+  if (done()) return;
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point spinEnd = start + spin_;
+  while (Clock::now() < spinEnd) {
+    ucp_worker_progress(worker_);
+    if (done()) return;
+  }
+  checkPeers(what);
+  const Clock::time_point deadline =
+      start + std::chrono::nanoseconds(static_cast<int64_t>(timeoutS_ * 1e9));
+  for (;;) {
+    while (ucp_worker_progress(worker_) != 0) {
+    }
+    if (done()) return;
+    checkPeers(what);
+    const ucs_status_t armed = ucp_worker_arm(worker_);
+    if (armed == UCS_ERR_BUSY) continue;  // events arrived meanwhile: progress again
+    check(armed, "arming the worker's event descriptor");
+    const Clock::time_point now = Clock::now();
+    if (now >= deadline) {
+      HORA_THROW(HORA_ERR_TIMEOUT, what, ": rank ", rank_, " waited ", timeoutS_,
+                 " s (HORA_TIMEOUT_S) for rank ", peer);
+    }
+    // Wake at least every 100 ms: UCX reports a failed endpoint from progress.
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count();
+    pollfd fd{eventFd_, POLLIN, 0};
+    poll(&fd, 1, static_cast<int>(std::min<int64_t>(100, left + 1)));
+  }
+}
+
+UcxComm::Batch::~Batch() {
+  for (Op &op : ops_) {
+    if (op.request == nullptr) continue;
+    ucp_request_cancel(comm_.worker_, op.request);
+    // A cancelled request completes at the next progress; wait for it so that nothing writes
+    // into the caller's buffer after this returns (bounded: UCX completes cancels at once).
+    const Clock::time_point deadline = Clock::now() + std::chrono::seconds(1);
+    while (ucp_request_check_status(op.request) == UCS_INPROGRESS && Clock::now() < deadline) {
+      ucp_worker_progress(comm_.worker_);
+    }
+    ucp_request_free(op.request);
+  }
+}
+
+size_t UcxComm::Batch::send(int peer, uint32_t seq, const void *buf, size_t bytes) {
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
+  p.datatype = ucp_dt_make_contig(1);
+  void *req = ucp_tag_send_nbx(comm_.eps_[static_cast<size_t>(peer)], buf, bytes, comm_.tagTo(seq), &p);
+  if (UCS_PTR_IS_ERR(req)) {
+    comm_.checkPeers("send");
+    HORA_THROW(HORA_ERR_BACKEND, "UCX: rank ", comm_.rank_, " sending ", bytes, " bytes to rank ", peer,
+               ": ", ucs_status_string(UCS_PTR_STATUS(req)));
+  }
+  ops_.push_back({req, peer, false, bytes});
+  return ops_.size() - 1;
+}
+
+size_t UcxComm::Batch::recv(int peer, uint32_t seq, void *buf, size_t bytes) {
+  ucp_request_param_t p{};
+  // Always a request (UCX 1.13 does not report the length of a receive that completes in the
+  // call), so that complete() checks every message's length.
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  p.datatype = ucp_dt_make_contig(1);
+  void *req = ucp_tag_recv_nbx(comm_.worker_, buf, bytes, comm_.tagFrom(peer, seq), ~0ull, &p);
+  if (UCS_PTR_IS_ERR(req)) {
+    HORA_THROW(HORA_ERR_BACKEND, "UCX: rank ", comm_.rank_, " receiving ", bytes, " bytes from rank ",
+               peer, ": ", ucs_status_string(UCS_PTR_STATUS(req)));
+  }
+  ops_.push_back({req, peer, true, bytes});
+  return ops_.size() - 1;
+}
+
+bool UcxComm::Batch::complete(Op &op) {
+  if (op.request == nullptr) return true;
+  ucs_status_t status;
+  ucp_tag_recv_info_t info{};
+  if (op.isRecv) {
+    status = ucp_tag_recv_request_test(op.request, &info);
+  } else {
+    status = ucp_request_check_status(op.request);
+  }
+  if (status == UCS_INPROGRESS) return false;
+  ucp_request_free(op.request);
+  op.request = nullptr;
+  if (status != UCS_OK) {
+    comm_.checkPeers(op.isRecv ? "receive" : "send");
+    HORA_THROW(status == UCS_ERR_MESSAGE_TRUNCATED ? HORA_ERR_INTERNAL : HORA_ERR_PEER_LOST, "UCX: rank ",
+               comm_.rank_, op.isRecv ? " receiving from rank " : " sending to rank ", op.peer, ": ",
+               ucs_status_string(status));
+  }
+  if (op.isRecv && info.length != op.bytes) {
+    HORA_THROW(HORA_ERR_INTERNAL, "UCX: rank ", comm_.rank_, " expected ", op.bytes,
+               " bytes from rank ", op.peer, " and got ", info.length);
+  }
+  return true;
+}
+
+void UcxComm::Batch::waitOne(size_t index) {
+  Op &op = ops_[index];
+  comm_.progressUntil([&] { return complete(op); }, "collective", op.peer);
+}
+
+void UcxComm::Batch::waitAll() {
+  size_t next = 0;
+  comm_.progressUntil(
+      [&] {
+        while (next < ops_.size() && complete(ops_[next])) ++next;
+        return next == ops_.size();
+      },
+      "collective", next < ops_.size() ? ops_[next].peer : -1);
+  ops_.clear();
+}
+
+std::string UcxComm::recvAny(int peer, uint32_t seq) {
+  ucp_tag_recv_info_t info{};
+  ucp_tag_message_h message = nullptr;
+  progressUntil(
+      [&] {
+        message = ucp_tag_probe_nb(worker_, tagFrom(peer, seq), ~0ull, 1, &info);
+        return message != nullptr;
+      },
+      "negotiation (waiting for every rank to start the same cycle)", peer);
+  std::string out(info.length, '\0');
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;  // the probe gave the length
+  p.datatype = ucp_dt_make_contig(1);
+  void *req = ucp_tag_msg_recv_nbx(worker_, out.data(), out.size(), message, &p);
+  if (UCS_PTR_IS_ERR(req)) throwUcx("receiving a probed message", UCS_PTR_STATUS(req));
+  if (req != nullptr) {
+    progressUntil([&] { return ucp_request_check_status(req) != UCS_INPROGRESS; }, "negotiation", peer);
+    const ucs_status_t s = ucp_request_check_status(req);
+    ucp_request_free(req);
+    check(s, "receiving a probed message");
+  }
+  return out;
+}
+
+std::string UcxComm::transports() {
+  // ucp_ep_print_info writes the endpoint's lanes ("lane[0]:  1:tcp/eth0.0 md[1] ..."); keep the
+  // distinct transport/device names.
+  std::string out;
+  for (int r = 0; r < size_; ++r) {
+    if (eps_[static_cast<size_t>(r)] == nullptr) continue;
+    char *text = nullptr;
+    size_t length = 0;
+    FILE *f = open_memstream(&text, &length);
+    if (f == nullptr) return out;
+    ucp_ep_print_info(eps_[static_cast<size_t>(r)], f);
+    fclose(f);
+    std::set<std::string> names;
+    const std::string info(text, length);
+    free(text);
+    size_t at = 0;
+    while ((at = info.find("lane[", at)) != std::string::npos) {
+      const size_t colon = info.find(':', at);
+      if (colon == std::string::npos) break;
+      size_t begin = info.find_first_not_of(" ", colon + 1);
+      // "  1:tcp/eth0.0 md[1]": skip the resource index.
+      const size_t idx = info.find(':', begin);
+      const size_t end = info.find_first_of(" \n", begin);
+      if (idx != std::string::npos && idx < end) begin = idx + 1;
+      if (begin != std::string::npos && end != std::string::npos && end > begin) {
+        names.insert(info.substr(begin, end - begin));
+      }
+      at = colon;
+    }
+    std::string joined;
+    for (const std::string &n : names) joined += (joined.empty() ? "" : ",") + n;
+    out += detail::concat(out.empty() ? "" : "; ", "rank ", r, ": ", joined.empty() ? "?" : joined);
+  }
+  return out;
+}
+
+std::string describeUcx() {
+  unsigned major = 0, minor = 0, release = 0;
+  ucp_get_version(&major, &minor, &release);
+  std::string out = detail::concat("UCX ", major, ".", minor, ".", release);
+  ucp_config_t *config = nullptr;
+  if (ucp_config_read(nullptr, nullptr, &config) != UCS_OK) return out + " (cannot read its configuration)";
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+  ucp_context_h context = nullptr;
+  const ucs_status_t s = ucp_init(&params, config, &context);
+  ucp_config_release(config);
+  if (s != UCS_OK) return out + ": " + ucs_status_string(s);
+  char *text = nullptr;
+  size_t length = 0;
+  if (FILE *f = open_memstream(&text, &length)) {
+    ucp_context_print_info(context, f);
+    fclose(f);
+    // "#     resource 0  :  md 0  dev 0  flags -- tcp/eth0": the transports UCX may pick from.
+    std::set<std::string> names;
+    const std::string info(text, length);
+    size_t at = 0;
+    while ((at = info.find("resource", at)) != std::string::npos) {
+      const size_t eol = info.find('\n', at);
+      const std::string line = info.substr(at, eol - at);
+      const size_t last = line.find_last_of(' ');
+      if (last != std::string::npos && line.find('/') != std::string::npos) names.insert(line.substr(last + 1));
+      at = eol;
+    }
+    free(text);
+    std::string joined;
+    for (const std::string &n : names) joined += (joined.empty() ? "" : " ") + n;
+    out += ", transports UCX may choose (UCX_TLS narrows them): " + joined;
+  }
+  ucp_cleanup(context);
+  return out;
+}
+
+}  // namespace hora

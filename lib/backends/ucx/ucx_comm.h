@@ -1,0 +1,113 @@
+// SPDX-License-Identifier: Apache-2.0
+// UcxComm: one UCX worker per process set with an endpoint to every peer, and tagged point-to-point
+// messages on it. The collectives (ucx_collectives.h) are written against this and nothing else.
+//
+// Waiting: a rank that waits for a peer polls the worker for a short while (a reply is usually
+// due within microseconds), then sleeps on the worker's event file descriptor until UCX has
+// something for it, so that an idle or long-waiting rank costs no CPU. The waits end with
+// HORA_ERR_TIMEOUT after HORA_TIMEOUT_S and with HORA_ERR_PEER_LOST when UCX reports a peer's
+// endpoint failed.
+//
+// Tags: [63..48] 16 bits of a job secret that rank 0 draws and sends over the group's control
+// plane (which the launcher or the job token protects) | [47..32] the sender's rank | [31..0] a
+// message sequence number that every rank advances alike (reserve()). A message is matched only by
+// the exact tag, so traffic of another job or of another process set never matches.
+#pragma once
+
+#include <ucp/api/ucp.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/world.h"
+
+namespace hora {
+
+class UcxComm {
+ public:
+  // Collective over `group`: creates the worker, exchanges worker addresses over the group's
+  // control plane, connects to every peer. Throws Error(HORA_ERR_BACKEND) naming UCX's failure.
+  UcxComm(Group &group, double timeoutS);
+  ~UcxComm();
+  UcxComm(const UcxComm &) = delete;
+  UcxComm &operator=(const UcxComm &) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  // `n` consecutive sequence numbers for one collective; every rank reserves alike.
+  uint32_t reserve(uint32_t n) {
+    const uint32_t first = seq_;
+    seq_ += n;
+    return first;
+  }
+
+  // Outstanding operations of one collective. Destroying it cancels what has not completed (a
+  // collective that throws leaves no request writing into freed memory).
+  class Batch {
+   public:
+    explicit Batch(UcxComm &comm) : comm_(comm) {}
+    ~Batch();
+    Batch(const Batch &) = delete;
+    Batch &operator=(const Batch &) = delete;
+    // Returns the index of the operation, for waitOne().
+    size_t send(int peer, uint32_t seq, const void *buf, size_t bytes);
+    size_t recv(int peer, uint32_t seq, void *buf, size_t bytes);
+    void waitOne(size_t index);
+    void waitAll();
+
+   private:
+    struct Op {
+      void *request;  // nullptr once complete
+      int peer;
+      bool isRecv;
+      size_t bytes;
+    };
+    bool complete(Op &op);
+    UcxComm &comm_;
+    std::vector<Op> ops_;
+  };
+
+  // A message of unknown length from `peer` (control plane blobs).
+  std::string recvAny(int peer, uint32_t seq);
+
+  // What each endpoint runs on, for the log ("rank 1: tcp/eth0; rank 2: ...").
+  std::string transports();
+
+  // Called by UCX from progress when an endpoint fails.
+  void peerFailed(int peer, ucs_status_t status);
+
+ private:
+  friend class Batch;
+  uint64_t tagFrom(int peer, uint32_t seq) const;
+  uint64_t tagTo(uint32_t seq) const;
+  // Drives the worker until done() is true: a short poll, then sleeps on the event fd. Throws on
+  // the deadline or a failed peer; `what` and `peer` name the wait in the message.
+  template <typename Done>
+  void progressUntil(Done done, const char *what, int peer);
+  void checkPeers(const char *what) const;
+  void startWorker();
+  void exchangeAddresses(Group &group);
+  void closeEndpoints();
+
+  int rank_ = 0;
+  int size_ = 1;
+  double timeoutS_;
+  uint64_t secret_ = 0;  // already shifted into tag bits 63..48
+  uint32_t seq_ = 0;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  int eventFd_ = -1;
+  std::vector<ucp_ep_h> eps_;           // by peer rank; nullptr for this rank
+  std::vector<std::pair<UcxComm *, int>> errArgs_;  // what each endpoint's error handler gets
+  int failedPeer_ = -1;
+  ucs_status_t failure_ = UCS_OK;
+  std::chrono::nanoseconds spin_;
+};
+
+// One line on UCX for hora-info: version and the transports this machine offers.
+std::string describeUcx();
+
+}  // namespace hora
