@@ -6,8 +6,9 @@
 
 #if HORA_BENCH_CUDA
 #include <cuda_runtime_api.h>
-#include <mpi.h>
 #include <nccl.h>
+
+#include "world.h"
 
 #include <map>
 
@@ -76,15 +77,15 @@ CudaSide::CudaSide(int localRank, size_t capacity) : impl_(new Impl) {
   const int gpus = deviceCount();
   if (gpus == 0) throw std::runtime_error("--device cuda: no CUDA device is visible");
   impl_->device = localRank % gpus;
-  MPI_Comm_rank(MPI_COMM_WORLD, &impl_->rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &impl_->size);
+  impl_->rank = worldRank();
+  impl_->size = worldSize();
   cudaCheck(cudaSetDevice(impl_->device), "cudaSetDevice");
   cudaCheck(cudaMalloc(&impl_->send, capacity + 1), "cudaMalloc");
   cudaCheck(cudaMalloc(&impl_->recv, capacity + 1), "cudaMalloc");
   cudaCheck(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking), "cudaStreamCreate");
   ncclUniqueId id;
   if (impl_->rank == 0) ncclCheck(ncclGetUniqueId(&id), "ncclGetUniqueId");
-  MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+  broadcastBytes(&id, sizeof id);
   ncclCheck(ncclCommInitRank(&impl_->comm, impl_->size, id, impl_->rank), "ncclCommInitRank");
 }
 

@@ -14,9 +14,9 @@ enum class NcclColl { kAllreduce, kAllgather, kBroadcast, kReducescatter, kAllto
 
 class CudaSide {
  public:
-  // Collective over MPI_COMM_WORLD: this rank's GPU (local rank modulo the GPUs it sees), two
+  // Collective over the world (world.h): this rank's GPU (local rank modulo the GPUs it sees), two
   // device buffers of `capacity` bytes, a stream, and an NCCL communicator of the benchmark's own
-  // (unique id sent with MPI_Bcast). Throws std::runtime_error with CUDA's or NCCL's words.
+  // (unique id sent with the harness broadcast). Throws std::runtime_error with CUDA's or NCCL's words.
   CudaSide(int localRank, size_t capacity);
   ~CudaSide();
   CudaSide(const CudaSide &) = delete;

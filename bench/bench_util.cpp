@@ -3,6 +3,8 @@
 
 #include "bench_util.h"
 
+#include "world.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,46 +26,25 @@ const char *gProgram = "hora-bench";
 void setProgramName(const char *name) { gProgram = name; }
 
 bool usageErrorAnywhere(const std::string &error, int rank) {
-  int bad = !error.empty();
-  MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  const bool bad = sumOverRanks(static_cast<int64_t>(!error.empty())) != 0;
   if (bad && rank == 0) {
     std::fprintf(stderr, "%s: %s\n", programName(), error.c_str());
     std::fprintf(stderr, "%s: run with --help for the options\n", programName());
   }
-  return bad != 0;
+  return bad;
 }
 
-int runUnderMpi(int argc, char **argv, const char *program,
-                int (*run)(int argc, char **argv, int rank, int size)) {
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  int rank = 0, n = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  setProgramName(program);
-  if (provided < MPI_THREAD_MULTIPLE && rank == 0) {
-    std::fprintf(stderr, "%s: warning: MPI gives thread level %d, not MULTIPLE\n", program,
-                 provided);
-  }
-  const int status = run(argc, argv, rank, n);
-  MPI_Finalize();
-  return status;
-}
 const char *programName() { return gProgram; }
 
 void failHora(const char *what, hora_status_t status) {
   std::fprintf(stderr, "%s: %s: %s: %s\n", gProgram, what, hora_status_string(status),
                hora_last_error());
-  std::fflush(stderr);
-  MPI_Abort(MPI_COMM_WORLD, 2);
-  std::exit(2);
+  abortJob(2);
 }
 
 void failHere(const std::string &message) {
   std::fprintf(stderr, "%s: %s\n", gProgram, message.c_str());
-  std::fflush(stderr);
-  MPI_Abort(MPI_COMM_WORLD, 2);
-  std::exit(2);
+  abortJob(2);
 }
 
 // ---- command line ------------------------------------------------------------------------------
@@ -407,10 +388,7 @@ double patternValue(int64_t a, int64_t b, int64_t j) {
 
 // ---- timing ------------------------------------------------------------------------------------
 
-double slowestRank(double local) {
-  MPI_Allreduce(MPI_IN_PLACE, &local, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return local;
-}
+double slowestRank(double local) { return maxOverRanks(local); }
 
 double median(std::vector<double> v) {
   if (v.empty()) return std::nan("");
@@ -419,21 +397,30 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
 }
 
+double mean(const std::vector<double> &v) {
+  if (v.empty()) return std::nan("");
+  double sum = 0;
+  for (double x : v) sum += x;
+  return sum / static_cast<double>(v.size());
+}
+
 // ---- ranks -------------------------------------------------------------------------------------
 
 std::vector<RankInfo> gatherRanks() {
-  int size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
   struct Raw {
     char host[256];
     int pid;
   } me{};
   gethostname(me.host, sizeof me.host - 1);
   me.pid = static_cast<int>(getpid());
-  std::vector<Raw> all(static_cast<size_t>(size));
-  MPI_Allgather(&me, sizeof me, MPI_BYTE, all.data(), sizeof me, MPI_BYTE, MPI_COMM_WORLD);
+  const std::vector<uint8_t> all = allgatherBytes(&me, sizeof me);
   std::vector<RankInfo> out;
-  for (const Raw &r : all) out.push_back({r.host, r.pid});
+  for (size_t at = 0; at + sizeof me <= all.size(); at += sizeof me) {
+    Raw r;
+    std::memcpy(&r, all.data() + at, sizeof r);
+    r.host[sizeof r.host - 1] = '\0';
+    out.push_back({r.host, r.pid});
+  }
   return out;
 }
 

@@ -21,12 +21,6 @@ namespace hora::bench {
 void setProgramName(const char *name);
 const char *programName();
 
-// main() of both benchmarks: MPI first, with full thread support (hora's engine thread then
-// shares this MPI and leaves finalizing it to us, which also lets hora_init run again after
-// hora_shutdown), then run(argc, argv, rank, size), then MPI_Finalize. Returns run's status.
-int runUnderMpi(int argc, char **argv, const char *program,
-                int (*run)(int argc, char **argv, int rank, int size));
-
 // Prints "<program>: <what>: <status class>: <hora_last_error()>" and aborts every rank.
 [[noreturn]] void failHora(const char *what, hora_status_t status);
 inline void checkHora(hora_status_t status, const char *what) {
@@ -127,9 +121,10 @@ double patternValue(int64_t a, int64_t b, int64_t j);
 
 // ---- timing ------------------------------------------------------------------------------------
 
-// The slowest rank's value (MPI_Allreduce MAX over the world).
+// The slowest rank's value (the MAX over the world: world.h).
 double slowestRank(double local);
 double median(std::vector<double> v);
+double mean(const std::vector<double> &v);  // NaN when empty
 
 // ---- ranks -------------------------------------------------------------------------------------
 

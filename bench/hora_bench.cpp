@@ -3,6 +3,8 @@
 
 #include "bench_util.h"
 #include "bench_cuda.h"
+#include "raw_gloo.h"
+#include "world.h"
 
 #include <hora/hora.h>
 
@@ -21,19 +23,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
-#if HORA_BENCH_GLOO
-#include <gloo/allgather.h>
-#include <gloo/allreduce.h>
-#include <gloo/alltoall.h>
-#include <gloo/broadcast.h>
-#include <gloo/rendezvous/context.h>
-#include <gloo/rendezvous/file_store.h>
-#include <gloo/transport/tcp/device.h>
-#endif
 
 namespace hora::bench {
 namespace {
@@ -118,6 +112,7 @@ struct Options {
   std::string redop = "sum";
   std::string dtype = "float";
   bool mpi = true, gloo = true, memcpy = true;
+  std::string planes;  // --planes, "" = defaultPlanes()
   std::string device = "cpu";  // cpu, or cuda (--device cuda: tensors on the GPU, raw NCCL column)
   std::string json, plot;
 };
@@ -128,8 +123,10 @@ void usage(FILE *f) {
       "usage: mpirun -np N hora-bench [--op allreduce|allgather|broadcast|reducescatter|alltoall]\n"
       "         [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [--trials T] [-c 0|1]\n"
       "         [-o %s] [-d %s]\n"
-      "         [-r ROOT] [--blocking 0|1] [--mpi 0|1] [--gloo 0|1] [--memcpy 0|1]\n"
+      "         [-r ROOT] [--blocking 0|1] [--planes LIST] [--mpi 0|1] [--gloo 0|1] [--memcpy 0|1]\n"
       "         [--json FILE] [--plot FILE.png]\n"
+      "   or: tools/horarun -np N hora-bench ...   (or torchrun-style variables: MASTER_ADDR,\n"
+      "       MASTER_PORT, RANK, WORLD_SIZE; or srun)\n"
       "\n"
       "Every rank runs the same command line. nccl-tests' options and table:\n"
       "  -b, --minbytes   smallest size (default 32M); K, M, G suffixes are powers of 1024\n"
@@ -146,7 +143,15 @@ void usage(FILE *f) {
       "  -r, --root       broadcast root (default 0)\n"
       "  --op             the collective (default allreduce)\n"
       "  --blocking 1     latency mode: wait for each hora op before submitting the next\n"
-      "  --mpi/--gloo/--memcpy 0   drop that column (all on by default; Gloo only where built)\n"
+      "  --planes LIST    hora's CPU planes to compare, comma-separated: mpi, gloo, ucx (or auto,\n"
+      "                   hora's own choice). The size sweep runs once per plane (hora_shutdown,\n"
+      "                   HORA_CPU_BACKEND=PLANE, hora_init), all in one table. Default: mpi\n"
+      "                   (under an MPI launcher only), gloo (where built), ucx; only the launched\n"
+      "                   one where HORA_CPU_BACKEND is set. A plane that cannot start is reported\n"
+      "                   as skipped, with hora's reason. Within one host hora may move a plane's\n"
+      "                   allreduce through shared memory all the same (HORA_SHM=off stops that)\n"
+      "  --mpi/--gloo/--memcpy 0   drop that column (all on by default; raw MPI only under an MPI\n"
+      "                   launcher, Gloo only where built and every rank sees one /tmp)\n"
       "  --device cuda    tensors on the GPU (local rank modulo the GPUs seen), hora on NCCL, and\n"
       "                   a raw NCCL column on the same buffers instead of MPI, Gloo and memcpy\n"
       "                   (builds with NCCL only)\n"
@@ -170,8 +175,12 @@ void usage(FILE *f) {
       "says so). --blocking 1 waits for each op before submitting the next, all under one name\n"
       "(latency). Raw MPI, Gloo and memcpy: blocking calls in a loop (what a user of MPI or\n"
       "Gloo writes), the same buffers.\n"
-      "Every time is the slowest rank's: an MPI_Barrier, the loop, then the MAX over ranks;\n"
-      "with --trials T, that T times over (one warm-up) and the median.\n"
+      "Every time is the slowest rank's: a barrier, the loop, then the MAX over ranks (through MPI\n"
+      "under an MPI launcher, else through hora); with --trials T, that T times over (one\n"
+      "warm-up) and the median. time is a mean: the loop's time / -n. Where each op is waited\n"
+      "for on its own (raw MPI and Gloo; hora with --blocking 1) a median column gives the\n"
+      "median op, each op's time being the slowest rank's: a stall that the median hides shows\n"
+      "in the mean.\n"
       "When the first size is at most 1 MiB, its whole row runs once untimed before the table:\n"
       "a process's first ops are cold.\n"
       "memcpy: every rank copies size bytes at the same time; its GB/s is the copy bound.\n"
@@ -232,6 +241,7 @@ std::vector<OptionSpec> optionSpecs(Options *o) {
       {{"--mpi"}, flag(&o->mpi)},
       {{"--gloo"}, flag(&o->gloo)},
       {{"--memcpy"}, flag(&o->memcpy)},
+      {{"--planes"}, text(&o->planes)},
       {{"--device"}, text(&o->device)},
       {{"--json"}, text(&o->json)},
       {{"--plot"}, text(&o->plot)},
@@ -253,170 +263,32 @@ bool inPath(const char *program) {
   return false;
 }
 
-// ---- Gloo --------------------------------------------------------------------------------------
-
-#if HORA_BENCH_GLOO
-// Gloo's own collectives over its own TCP mesh, as a Gloo user would call them: a baseline for
-// what another CPU library does on this machine. Its context rendezvouses through a FileStore in
-// a directory of one host's /tmp, so it only runs when every rank shares that host.
-class Gloo {
- public:
-  static std::unique_ptr<Gloo> connect(int rank, const std::vector<RankInfo> &ranks,
-                                       std::string *whyNot) {
-    for (const RankInfo &r : ranks) {
-      if (r.host != ranks[0].host) {
-        *whyNot = "the ranks run on more than one host (" + ranks[0].host + ", " + r.host +
-                  "), and its FileStore rendezvous needs one shared directory";
-        return nullptr;
-      }
-    }
-    char dir[512] = {0};
-    int ok = 1;
-    if (rank == 0) {
-      const char *tmp = std::getenv("TMPDIR");
-      std::snprintf(dir, sizeof dir, "%s/hora-bench-gloo-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-      if (!mkdtemp(dir)) {
-        ok = 0;
-        const std::string why = std::string("mkdtemp(") + dir + "): " + std::strerror(errno);
-        std::snprintf(dir, sizeof dir, "%s", why.c_str());
-      }
-    }
-    MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
-    if (!ok) {
-      *whyNot = dir;
-      return nullptr;
-    }
-    auto gloo = std::unique_ptr<Gloo>(new Gloo);
-    std::string error;
-    try {
-      gloo::transport::tcp::attr attr;
-      attr.hostname = "127.0.0.1";  // one host: loopback
-      auto device = gloo::transport::tcp::CreateDevice(attr);
-      auto context = std::make_shared<gloo::rendezvous::Context>(rank, static_cast<int>(ranks.size()));
-      context->setTimeout(kTimeout);
-      gloo::rendezvous::FileStore store(dir);
-      context->connectFullMesh(store, device);
-      gloo->context_ = context;
-    } catch (const std::exception &e) {
-      error = e.what();
-    }
-    int connected = error.empty();
-    MPI_Allreduce(MPI_IN_PLACE, &connected, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    // Every rank is past the rendezvous: the store's files have done their work.
-    if (rank == 0) {
-      std::error_code ec;
-      std::filesystem::remove_all(dir, ec);
-    }
-    if (!connected) {
-      *whyNot = error.empty() ? "connecting its mesh failed on another rank"
-                              : "connecting its mesh failed: " + error;
-      return nullptr;
-    }
-    return gloo;
-  }
-
-  void allreduce(const void *in, void *out, int64_t count, int esize, ReduceFn fn) {
-    switch (esize) {
-      case 1: allreduceAs<uint8_t>(in, out, count, fn); break;
-      case 2: allreduceAs<uint16_t>(in, out, count, fn); break;
-      case 4: allreduceAs<uint32_t>(in, out, count, fn); break;
-      default: allreduceAs<uint64_t>(in, out, count, fn); break;
-    }
-  }
-
-  void allgather(const void *in, void *out, int64_t bytesPerRank) {
-    call("gloo::allgather", [&] {
-      gloo::AllgatherOptions o(context_);
-      o.setInput(bytePtr(in), static_cast<size_t>(bytesPerRank));
-      o.setOutput(static_cast<uint8_t *>(out), static_cast<size_t>(bytesPerRank) * context_->size);
-      o.setTag(nextTag());
-      o.setTimeout(kTimeout);
-      gloo::allgather(o);
-    });
-  }
-
-  void broadcast(void *buf, int64_t bytes, int root) {
-    call("gloo::broadcast", [&] {
-      gloo::BroadcastOptions o(context_);
-      o.setOutput(static_cast<uint8_t *>(buf), static_cast<size_t>(bytes));
-      o.setRoot(root);
-      o.setTag(nextTag());
-      o.setTimeout(kTimeout);
-      gloo::broadcast(o);
-    });
-  }
-
-  void alltoall(const void *in, void *out, int64_t bytes) {
-    call("gloo::alltoall", [&] {
-      gloo::AlltoallOptions o(context_);
-      o.setInput(bytePtr(in), static_cast<size_t>(bytes));
-      o.setOutput(static_cast<uint8_t *>(out), static_cast<size_t>(bytes));
-      o.setTag(nextTag());
-      o.setTimeout(kTimeout);
-      gloo::alltoall(o);
-    });
-  }
-
- private:
-  static constexpr std::chrono::milliseconds kTimeout{600 * 1000};
-
-  Gloo() = default;
-
-  static uint8_t *bytePtr(const void *p) { return static_cast<uint8_t *>(const_cast<void *>(p)); }
-
-  uint32_t nextTag() { return tag_++ & 0xffffffu; }
-
-  template <typename F>
-  void call(const char *what, F &&f) {
-    try {
-      f();
-    } catch (const std::exception &e) {
-      failHere(std::string(what) + " failed: " + e.what());
-    }
-  }
-
-  template <typename T>
-  void allreduceAs(const void *in, void *out, int64_t count, ReduceFn fn) {
-    call("gloo::allreduce", [&] {
-      gloo::AllreduceOptions o(context_);
-      o.setInput(static_cast<T *>(const_cast<void *>(in)), static_cast<size_t>(count));
-      o.setOutput(static_cast<T *>(out), static_cast<size_t>(count));
-      o.setReduceFunction(fn);
-      o.setTag(nextTag());
-      o.setTimeout(kTimeout);
-      gloo::allreduce(o);
-    });
-  }
-
-  std::shared_ptr<gloo::Context> context_;
-  uint32_t tag_ = 0;
-};
-#else
-// Built without Gloo: the column is never shown.
-class Gloo {
- public:
-  void allreduce(const void *, void *, int64_t, int, ReduceFn) {}
-  void allgather(const void *, void *, int64_t) {}
-  void broadcast(void *, int64_t, int) {}
-  void alltoall(const void *, void *, int64_t) {}
-};
-#endif
-
 // ---- the benchmark -----------------------------------------------------------------------------
 
 struct Timing {
   bool ran = false;
   double timeUs = std::nan(""), algbw = std::nan(""), busbw = std::nan("");
   std::vector<double> trialsUs;  // each timed loop's mean per op; timeUs is their median
+  // Ops waited for one at a time (raw MPI and Gloo; hora with --blocking 1): each op's time,
+  // the slowest rank's, over every trial; medianUs is their median. Empty, NaN otherwise.
+  std::vector<double> opsUs;
+  double medianUs = std::nan("");
   int64_t wrong = 0;  // summed over ranks; only when checked
+};
+
+// hora on one plane: the forms this collective has.
+struct PlaneTiming {
+  Timing outOfPlace, inPlace;
+  bool ran() const { return outOfPlace.ran || inPlace.ran; }
+  // The form the ratios compare: out of place, else (broadcast) in place.
+  const Timing &hora() const { return outOfPlace.ran ? outOfPlace : inPlace; }
 };
 
 struct Row {
   Shape shape;
-  Timing outOfPlace, inPlace, mpi, gloo, memcpy;  // memcpy: algbw is its GB/s
-  Timing nccl;                                    // --device cuda: raw NCCL
-  const Timing &hora() const { return outOfPlace.ran ? outOfPlace : inPlace; }
+  std::vector<PlaneTiming> planes;  // one per --planes entry (empty where it was skipped)
+  Timing mpi, gloo, memcpy;  // memcpy: algbw is its GB/s
+  Timing nccl;               // --device cuda: raw NCCL
 };
 
 // One row: every column timed on the same two buffers, then verified.
@@ -428,14 +300,14 @@ struct Row {
 // waits for each op before the next instead (latency mode). Raw MPI and Gloo are timed as their
 // users call them: blocking calls in a loop. The memcpy bound: every rank copying `size` bytes at
 // the same moment, which on one host shares the memory bus just as the collectives do. Every
-// column: -w warm-up ops first, an MPI_Barrier, the timed ops, then the slowest rank's elapsed
-// time (MPI_Allreduce MAX) divided by -n. Verification runs afterwards, never inside a timed
-// loop.
+// column: -w warm-up ops first, a barrier, the timed ops, then the slowest rank's elapsed time
+// (a MAX over ranks) divided by -n; where ops are waited for one at a time, each op's time too
+// (its slowest rank's), for the median. Verification runs afterwards, never inside a timed loop.
 class Bench {
  public:
   Bench(const Options &o, const CollInfo &c, const DType &t, const ReduceOp &op, int rank, int n,
-        size_t capacity, Gloo *gloo, CudaSide *cuda)
-      : opt_(o), coll_(c), type_(t), op_(op), rank_(rank), n_(n), gloo_(gloo), cuda_(cuda),
+        size_t capacity, RawGloo *gloo)
+      : opt_(o), coll_(c), type_(t), op_(op), rank_(rank), n_(n), gloo_(gloo),
         send_(capacity), recv_(capacity) {
     if (o.mpi) mpiReduce_ = makeMpiReduce(t, op);
     if (t.mpi == MPI_DATATYPE_NULL) mpiReduce_.type = MPI_UINT16_T;  // data movement: 16-bit words
@@ -443,7 +315,12 @@ class Bench {
   }
   ~Bench() { freeMpiReduce(&mpiReduce_); }
 
-  Row run(const Shape &shape) {
+  // --device cuda: the device buffers (made once hora runs: the GPU is the local rank's).
+  void setCuda(CudaSide *cuda) { cuda_ = cuda; }
+
+  // One size: hora on the plane that runs now (when `hora`), the raw columns (when `raw`), then
+  // every result verified. The hora results land in *plane.
+  void run(const Shape &shape, bool hora, bool raw, PlaneTiming *plane, Row *row) {
     shape_ = shape;
     sendShape_ = shape.sendElems;
     recvShape_ = shape.recvElems;
@@ -454,45 +331,53 @@ class Bench {
       namesInPlace_.push_back(baseName() + ".inplace." + std::to_string(i));
     }
 
-    Row row;
-    row.shape = shape;
+    PlaneTiming h;
+    Row r;
     if (cuda_) {  // the timed loops run on the device buffers: give them real values first
       fillInputs(false);
       uploadInputs();
     }
-    if (coll_.horaOutOfPlace) row.outOfPlace = timeHora(false);
-    if (coll_.horaInPlace) row.inPlace = timeHora(true);
-    if (opt_.mpi && fitsMpi()) row.mpi = timeBaseline([this] { mpiOnce(); });
-    if (gloo_) row.gloo = timeBaseline([this] { glooOnce(); });
-    if (cuda_) row.nccl = timeNccl();
-    if (opt_.memcpy) row.memcpy = timeBaseline([this] {
-      std::memcpy(recv_.data(), send_.data(), static_cast<size_t>(shape_.bytes));
-    });
+    if (hora && coll_.horaOutOfPlace) h.outOfPlace = timeHora(false);
+    if (hora && coll_.horaInPlace) h.inPlace = timeHora(true);
+    if (raw) {
+      if (opt_.mpi && fitsMpi()) r.mpi = timeBaseline([this] { mpiOnce(); });
+      if (gloo_) r.gloo = timeBaseline([this] { glooOnce(); });
+      if (cuda_) r.nccl = timeNccl();
+      if (opt_.memcpy) r.memcpy = timeBaseline([this] {
+        std::memcpy(recv_.data(), send_.data(), static_cast<size_t>(shape_.bytes));
+      }, false);
+    }
 
     // Verification: after every timed loop, one op per column on freshly filled inputs.
     if (opt_.check) {
-      if (row.outOfPlace.ran) row.outOfPlace.wrong = verifyHora(false);
-      if (row.inPlace.ran) row.inPlace.wrong = verifyHora(true);
-      if (row.mpi.ran) row.mpi.wrong = verifyBaseline([this] { mpiOnce(); });
-      if (row.gloo.ran) row.gloo.wrong = verifyBaseline([this] { glooOnce(); });
-      if (row.nccl.ran) row.nccl.wrong = verifyNccl();
-      int64_t wrong[5] = {row.outOfPlace.wrong, row.inPlace.wrong, row.mpi.wrong, row.gloo.wrong,
-                          row.nccl.wrong};
-      MPI_Allreduce(MPI_IN_PLACE, wrong, 5, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
-      row.outOfPlace.wrong = wrong[0];
-      row.inPlace.wrong = wrong[1];
-      row.mpi.wrong = wrong[2];
-      row.gloo.wrong = wrong[3];
-      row.nccl.wrong = wrong[4];
+      if (h.outOfPlace.ran) h.outOfPlace.wrong = verifyHora(false);
+      if (h.inPlace.ran) h.inPlace.wrong = verifyHora(true);
+      if (r.mpi.ran) r.mpi.wrong = verifyBaseline([this] { mpiOnce(); });
+      if (r.gloo.ran) r.gloo.wrong = verifyBaseline([this] { glooOnce(); });
+      if (r.nccl.ran) r.nccl.wrong = verifyNccl();
+      int64_t wrong[5] = {h.outOfPlace.wrong, h.inPlace.wrong, r.mpi.wrong, r.gloo.wrong,
+                          r.nccl.wrong};
+      sumOverRanks(wrong, 5);
+      h.outOfPlace.wrong = wrong[0];
+      h.inPlace.wrong = wrong[1];
+      r.mpi.wrong = wrong[2];
+      r.gloo.wrong = wrong[3];
+      r.nccl.wrong = wrong[4];
     }
 
     const double factor = busFactor(coll_.coll, n_);
-    for (Timing *t : {&row.outOfPlace, &row.inPlace, &row.mpi, &row.gloo, &row.memcpy, &row.nccl}) {
+    for (Timing *t : {&h.outOfPlace, &h.inPlace, &r.mpi, &r.gloo, &r.memcpy, &r.nccl}) {
       if (!t->ran) continue;
       t->algbw = static_cast<double>(shape.bytes) / (t->timeUs * 1e3);  // GB/s
-      t->busbw = t == &row.memcpy ? t->algbw : t->algbw * factor;
+      t->busbw = t == &r.memcpy ? t->algbw : t->algbw * factor;
     }
-    return row;
+    if (hora) *plane = h;
+    if (raw) {
+      row->mpi = r.mpi;
+      row->gloo = r.gloo;
+      row->memcpy = r.memcpy;
+      row->nccl = r.nccl;
+    }
   }
 
  private:
@@ -532,12 +417,13 @@ class Bench {
   // what it negotiated by name. With --blocking 1 each op is waited for in turn, all under one
   // name, as a latency loop over one tensor would (n names would time the coordinator instead of
   // the response cache once 2n passed the cache's capacity).
-  void runHora(bool inPlace, int k) {
+  void runHora(bool inPlace, int k, std::vector<double> *stamps) {
     const std::vector<std::string> &names = inPlace ? namesInPlace_ : names_;
     if (opt_.blocking) {
       for (int i = 0; i < k; ++i) {
         hora_request_t r = submit(inPlace, names[0].c_str());
         checkHora(hora_wait(r), "hora_wait");
+        if (stamps) stamps->push_back(now());
         hora_request_free(r);
       }
       return;
@@ -555,36 +441,53 @@ class Bench {
     }
   }
 
-  // The timing methodology of every column: warm-up first (untimed), then --trials times an
-  // MPI_Barrier, `iters` ops and the slowest rank's elapsed time over iters; the figure is the
-  // median trial. Verification never runs in here.
+  // The timing methodology of every column: warm-up first (untimed), then --trials times a
+  // barrier, `iters` ops and the slowest rank's elapsed time over iters; the figure is the
+  // median trial. body(k, stamps) runs k ops; where stamps is given it appends the clock after
+  // each op (ops waited for one at a time), and each op's time, slowest rank, goes to opsUs.
+  // Verification never runs in here.
   template <typename F>
-  Timing timeLoop(F &&body, int warmup) {
-    body(warmup);
+  Timing timeLoop(F &&body, int warmup, bool perOp) {
+    body(warmup, nullptr);
     Timing t;
     t.ran = true;
+    std::vector<double> stamps, opUs;
+    stamps.reserve(static_cast<size_t>(opt_.iters));
     for (int trial = 0; trial < opt_.trials; ++trial) {
-      MPI_Barrier(MPI_COMM_WORLD);
-      const double t0 = MPI_Wtime();
-      body(opt_.iters);
-      const double elapsed = MPI_Wtime() - t0;
+      barrier();
+      stamps.clear();
+      const double t0 = now();
+      body(opt_.iters, perOp ? &stamps : nullptr);
+      const double elapsed = now() - t0;
       t.trialsUs.push_back(slowestRank(elapsed) * 1e6 / opt_.iters);
+      if (perOp && stamps.size() == static_cast<size_t>(opt_.iters)) {
+        opUs.resize(stamps.size());
+        for (size_t i = 0; i < stamps.size(); ++i)
+          opUs[i] = (stamps[i] - (i ? stamps[i - 1] : t0)) * 1e6;
+        maxOverRanks(opUs.data(), opUs.size());
+        t.opsUs.insert(t.opsUs.end(), opUs.begin(), opUs.end());
+      }
     }
     t.timeUs = median(t.trialsUs);
+    if (!t.opsUs.empty()) t.medianUs = median(t.opsUs);
     return t;
   }
 
   Timing timeHora(bool inPlace) {
     // At least two batches: a name's first op goes through the coordinator, its second through
     // the response cache, the path of every later training step; one batch warms only the first.
-    return timeLoop([&](int k) { runHora(inPlace, k); }, std::max(opt_.warmup, 2 * opt_.iters));
+    return timeLoop([&](int k, std::vector<double> *stamps) { runHora(inPlace, k, stamps); },
+                    std::max(opt_.warmup, 2 * opt_.iters), opt_.blocking);
   }
 
   template <typename F>
-  Timing timeBaseline(F &&once) {
-    return timeLoop([&](int k) {
-      for (int i = 0; i < k; ++i) once();
-    }, opt_.warmup);
+  Timing timeBaseline(F &&once, bool perOp = true) {
+    return timeLoop([&](int k, std::vector<double> *stamps) {
+      for (int i = 0; i < k; ++i) {
+        once();
+        if (stamps) stamps->push_back(now());
+      }
+    }, opt_.warmup, perOp);
   }
 
   // ---- baselines
@@ -738,10 +641,10 @@ class Bench {
 
   // Like nccl-tests: -n collectives queued back to back on the stream, one synchronisation.
   Timing timeNccl() {
-    return timeLoop([&](int k) {
+    return timeLoop([&](int k, std::vector<double> *) {
       for (int i = 0; i < k; ++i) ncclOnce();
       cuda_->synchronize();
-    }, opt_.warmup);
+    }, opt_.warmup, false);
   }
   int64_t verifyNccl() {
     fillInputs(false);
@@ -764,8 +667,8 @@ class Bench {
   const DType &type_;
   const ReduceOp &op_;
   const int rank_, n_;
-  Gloo *gloo_;
-  CudaSide *cuda_;  // --device cuda, else nullptr
+  RawGloo *gloo_;
+  CudaSide *cuda_ = nullptr;  // --device cuda, else nullptr
   MpiReduce mpiReduce_;
   ReduceFn glooReduce_ = nullptr;
   Buffer send_, recv_;
@@ -786,9 +689,51 @@ std::string ratio(double hora, double other) {
   return b;
 }
 
+// One entry of --planes and what became of it.
+struct Plane {
+  std::string name;
+  bool ran = false;
+  std::string skipped;   // why it could not start
+  std::string timeline;  // HORA_TIMELINE for it ("" when unset)
+  double seconds = 0;    // its sweep's wall time
+};
+
+// The first plane that ran: the one the JSON's top-level hora fields and the nccl-tests footer
+// describe (the same fields a run of one plane always had). -1 if none ran.
+int primaryPlane(const std::vector<Plane> &planes) {
+  for (size_t p = 0; p < planes.size(); ++p)
+    if (planes[p].ran) return static_cast<int>(p);
+  return -1;
+}
+
+void writeTiming(JsonWriter &j, const Options &o, const char *name, const Timing &g, bool hasWrong,
+                 bool memcpy) {
+  j.key(name);
+  if (!g.ran) {
+    j.null();
+    return;
+  }
+  j.beginObject().field("time_us", g.timeUs);
+  j.key("trials_us").beginArray();
+  for (double us : g.trialsUs) j.value(us);
+  j.endArray();
+  j.field("median_us", g.medianUs);  // null where ops were not waited for one at a time
+  if (memcpy) {
+    j.field("gbs", g.algbw);
+  } else {
+    j.field("algbw_gbs", g.algbw).field("busbw_gbs", g.busbw);
+  }
+  if (hasWrong) {
+    if (o.check) j.field("wrong", g.wrong); else j.key("wrong").null();
+  }
+  j.endObject();
+}
+
 void writeJson(FILE *f, const Options &o, const CollInfo &c, const DType &t, const ReduceOp &op,
-               int n, const std::string &glooSkipped, bool glooRan,
-               const std::vector<Row> &rows, int64_t totalWrong, double avgBusbw) {
+               int n, const std::string &glooSkipped, bool glooRan, const std::string &mpiSkipped,
+               const std::vector<Plane> &planes, const std::vector<Row> &rows, int64_t totalWrong,
+               double avgBusbw) {
+  const int primary = primaryPlane(planes);
   JsonWriter j(f);
   j.beginObject();
   j.field("collective", c.name).field("ranks", n).field("dtype", t.name);
@@ -796,44 +741,51 @@ void writeJson(FILE *f, const Options &o, const CollInfo &c, const DType &t, con
   j.field("iters", o.iters).field("warmup", o.warmup).field("trials", o.trials);
   j.field("blocking", o.blocking);
   j.field("device", o.device);
+  j.field("launcher", launcherName());
   j.field("check", o.check).field("mpi_call", o.mpi ? c.mpiCall : "");
+  if (mpiSkipped.empty()) j.key("mpi_skipped").null(); else j.field("mpi_skipped", mpiSkipped);
   j.field("gloo", glooRan);
   if (glooSkipped.empty()) j.key("gloo_skipped").null(); else j.field("gloo_skipped", glooSkipped);
+  if (primary >= 0) j.field("plane", planes[primary].name); else j.key("plane").null();
+  j.key("planes").beginArray();
+  for (const Plane &p : planes) {
+    j.beginObject().field("name", p.name).field("ran", p.ran);
+    if (p.ran) j.key("skipped").null(); else j.field("skipped", p.skipped);
+    j.endObject();
+  }
+  j.endArray();
   j.field("wrong", totalWrong).field("avg_busbw_gbs", avgBusbw);
   j.key("rows").beginArray();
-  auto group = [&](const char *name, const Timing &g, bool hasWrong, bool memcpy) {
-    j.key(name);
-    if (!g.ran) {
-      j.null();
-      return;
-    }
-    j.beginObject().field("time_us", g.timeUs);
-    j.key("trials_us").beginArray();
-    for (double us : g.trialsUs) j.value(us);
-    j.endArray();
-    if (memcpy) {
-      j.field("gbs", g.algbw);
-    } else {
-      j.field("algbw_gbs", g.algbw).field("busbw_gbs", g.busbw);
-    }
-    if (hasWrong) {
-      if (o.check) j.field("wrong", g.wrong); else j.key("wrong").null();
-    }
-    j.endObject();
-  };
+  static const PlaneTiming kNone;
   for (const Row &r : rows) {
     j.beginObject();
     j.field("size", r.shape.bytes).field("count", r.shape.count).field("type", t.name);
     j.field("redop", c.reduces ? op.name : "none").field("root", c.coll == Coll::kBroadcast ? o.root : -1);
-    group("hora_out_of_place", r.outOfPlace, true, false);
-    group("hora_in_place", r.inPlace, true, false);
-    group("mpi", r.mpi, true, false);
-    group("gloo", r.gloo, true, false);
-    group("memcpy", r.memcpy, false, true);
-    group("nccl", r.nccl, true, false);
-    const double h = r.hora().algbw;
+    const PlaneTiming &first = primary >= 0 ? r.planes[static_cast<size_t>(primary)] : kNone;
+    writeTiming(j, o, "hora_out_of_place", first.outOfPlace, true, false);
+    writeTiming(j, o, "hora_in_place", first.inPlace, true, false);
+    writeTiming(j, o, "mpi", r.mpi, true, false);
+    writeTiming(j, o, "gloo", r.gloo, true, false);
+    writeTiming(j, o, "memcpy", r.memcpy, false, true);
+    writeTiming(j, o, "nccl", r.nccl, true, false);
+    const double h = first.hora().algbw;
     j.field("hora_over_mpi", h / r.mpi.algbw).field("hora_over_gloo", h / r.gloo.algbw);
     j.field("hora_over_memcpy", h / r.memcpy.algbw).field("hora_over_nccl", h / r.nccl.algbw);
+    // Every plane that ran, the first one included, by name.
+    j.key("hora_planes").beginObject();
+    for (size_t p = 0; p < planes.size(); ++p) {
+      if (!planes[p].ran) continue;
+      const PlaneTiming &pt = r.planes[p];
+      j.key(planes[p].name).beginObject();
+      writeTiming(j, o, "out_of_place", pt.outOfPlace, true, false);
+      writeTiming(j, o, "in_place", pt.inPlace, true, false);
+      const double hp = pt.hora().algbw;
+      j.field("over_mpi", hp / r.mpi.algbw).field("over_gloo", hp / r.gloo.algbw);
+      j.field("over_memcpy", hp / r.memcpy.algbw).field("over_nccl", hp / r.nccl.algbw);
+      j.field("over_first_plane", hp / first.hora().algbw);
+      j.endObject();
+    }
+    j.endObject();
     j.endObject();
   }
   j.endArray();
@@ -847,27 +799,25 @@ std::string gnuplotQuote(const std::string &s) {
   return out + "'";
 }
 
+// One line of the plot or one column group of the table: a title and where its timing is.
+struct Series {
+  std::string title;
+  std::function<const Timing &(const Row &)> get;
+};
+
 // busbw against size on a log2 axis, one line per column, drawn by gnuplot into `png`.
-std::string plot(const std::string &png, const std::string &title, const std::vector<Row> &rows) {
+std::string plot(const std::string &png, const std::string &title, const std::vector<Row> &rows,
+                 const std::vector<Series> &series) {
   const char *tmp = std::getenv("TMPDIR");
   std::string dir = std::string(tmp && *tmp ? tmp : "/tmp") + "/hora-bench-plot-XXXXXX";
   if (!mkdtemp(dir.data())) return "mkdtemp: " + std::string(std::strerror(errno));
   const std::string data = dir + "/rows.dat", script = dir + "/plot.gp";
-  struct Series {
-    const char *title;
-    Timing Row::*column;
-  };
-  const Series series[] = {
-      {"hora out-of-place", &Row::outOfPlace}, {"hora in-place", &Row::inPlace},
-      {"raw MPI", &Row::mpi},                  {"Gloo", &Row::gloo},
-      {"memcpy bound (GB/s per rank)", &Row::memcpy}, {"raw NCCL", &Row::nccl},
-  };
   FILE *d = std::fopen(data.c_str(), "w");
   if (!d) return "cannot write " + data + ": " + std::strerror(errno);
   for (const Row &r : rows) {
     std::fprintf(d, "%lld", static_cast<long long>(r.shape.bytes));
     for (const Series &s : series) {
-      const Timing &t = r.*s.column;
+      const Timing &t = s.get(r);
       if (t.ran) std::fprintf(d, " %.6g", t.busbw); else std::fprintf(d, " NaN");
     }
     std::fprintf(d, "\n");
@@ -894,9 +844,9 @@ std::string plot(const std::string &png, const std::string &title, const std::ve
                "set key outside below\n",
                gnuplotQuote(png).c_str(), gnuplotQuote(title).c_str());
   std::string plots;
-  for (size_t i = 0; i < sizeof series / sizeof series[0]; ++i) {
+  for (size_t i = 0; i < series.size(); ++i) {
     const bool any = std::any_of(rows.begin(), rows.end(),
-                                 [&](const Row &r) { return (r.*series[i].column).ran; });
+                                 [&](const Row &r) { return series[i].get(r).ran; });
     if (!any) continue;
     plots += (plots.empty() ? "plot " : ", \\\n     ") + gnuplotQuote(data) + " using 1:" +
              std::to_string(i + 2) + " with linespoints lw 2 title " +
@@ -919,7 +869,184 @@ std::string plot(const std::string &png, const std::string &title, const std::ve
   return "";
 }
 
-int run(int argc, char **argv, int rank, int n) {
+// The table: its columns follow what ran. One plane: nccl-tests' own layout (out-of-place and
+// in-place groups, then the raw columns and hora/X ratios). Several: a group per plane and form
+// ("hora gloo out-of-place"; forms hora lacks for this collective left out), and PLANE/X ratios.
+class Report {
+ public:
+  Report(const Options &o, const CollInfo &c, const DType &t, const ReduceOp &op,
+         const std::vector<Plane> &planes, bool gloo, bool cuda)
+      : o_(o), c_(c), t_(t), op_(op), planes_(planes), gloo_(gloo), cuda_(cuda) {
+    for (size_t p = 0; p < planes.size(); ++p)
+      if (planes[p].ran) ran_.push_back(p);
+    multi_ = ran_.size() > 1;
+    table_.addGroup("", {{"size", "(B)", 12}, {"count", "(elements)", 12}, {"type", "", 8},
+                         {"redop", "", 6}, {"root", "", 6}});
+    for (size_t p : ran_) {
+      const std::string prefix = multi_ ? "hora " + planes[p].name + " " : "";
+      if (!multi_ || c.horaOutOfPlace) table_.addGroup(prefix + "out-of-place", horaColumns());
+      if (!multi_ || c.horaInPlace) table_.addGroup(prefix + "in-place", horaColumns());
+    }
+    if (o.mpi) table_.addGroup("raw MPI", rawColumns());
+    if (gloo) table_.addGroup("Gloo", rawColumns());
+    if (o.memcpy) table_.addGroup("memcpy", {{"time", "(us)", 7}, {"GB/s", "", 6}});
+    if (cuda) table_.addGroup("raw NCCL", {{"time", "(us)", 7}, {"busbw", "(GB/s)", 6}});
+    std::vector<Table::Column> ratios;
+    for (size_t p : ran_) {
+      const std::string who = multi_ ? planes[p].name : "hora";
+      auto add = [&](const char *other) {
+        const std::string name = who + "/" + other;
+        ratios.push_back({name, "", std::max<int>(8, static_cast<int>(name.size()))});
+      };
+      if (o.mpi) add("MPI");
+      if (gloo) add("Gloo");
+      if (o.memcpy) add("memcpy");
+      if (cuda) add("NCCL");
+    }
+    if (!ratios.empty()) table_.addGroup("ratios", ratios);
+  }
+
+  void printHeader(FILE *f) const { table_.printHeader(f); }
+
+  void printRow(FILE *f, const Row &r) const {
+    auto wrong = [&](const Timing &t) {
+      return !t.ran ? std::string("n/a") : o_.check ? std::to_string(t.wrong) : "N/A";
+    };
+    std::vector<std::string> cells = {
+        std::to_string(r.shape.bytes), std::to_string(r.shape.count), t_.name,
+        c_.reduces ? op_.name : "none",
+        std::to_string(c_.coll == Coll::kBroadcast ? o_.root : -1)};
+    for (size_t p : ran_) {
+      const PlaneTiming &pt = r.planes[p];
+      for (const Timing *t : {&pt.outOfPlace, &pt.inPlace}) {
+        if (multi_ && ((t == &pt.outOfPlace && !c_.horaOutOfPlace) ||
+                       (t == &pt.inPlace && !c_.horaInPlace)))
+          continue;
+        cells.push_back(formatTime(t->timeUs));
+        if (o_.blocking) cells.push_back(formatTime(t->medianUs));
+        cells.push_back(formatFixed(t->algbw, 2));
+        cells.push_back(formatFixed(t->busbw, 2));
+        cells.push_back(wrong(*t));
+      }
+    }
+    for (const Timing *t : {&r.mpi, &r.gloo}) {
+      if ((t == &r.mpi && !o_.mpi) || (t == &r.gloo && !gloo_)) continue;
+      cells.push_back(formatTime(t->timeUs));
+      cells.push_back(formatTime(t->medianUs));
+      cells.push_back(formatFixed(t->busbw, 2));
+    }
+    for (const Timing *t : {&r.memcpy, &r.nccl}) {
+      if ((t == &r.memcpy && !o_.memcpy) || (t == &r.nccl && !cuda_)) continue;
+      cells.push_back(formatTime(t->timeUs));
+      cells.push_back(formatFixed(t->busbw, 2));
+    }
+    for (size_t p : ran_) {
+      const double h = r.planes[p].hora().algbw;
+      if (o_.mpi) cells.push_back(ratio(h, r.mpi.algbw));
+      if (gloo_) cells.push_back(ratio(h, r.gloo.algbw));
+      if (o_.memcpy) cells.push_back(ratio(h, r.memcpy.algbw));
+      if (cuda_) cells.push_back(ratio(h, r.nccl.algbw));
+    }
+    table_.printRow(f, cells);
+  }
+
+  // After the table: each plane against each column and against the first plane, as the
+  // minimum, median and maximum over the sizes of algbw ratios (means of the timed loops), and
+  // where both sides timed each op on its own, the same of the per-op medians.
+  void printSummary(FILE *f, const std::vector<Row> &rows) const {
+    if (ran_.empty() || rows.empty()) return;
+    struct Other {
+      std::string name;
+      std::function<const Timing &(const Row &)> get;
+    };
+    std::vector<Other> others;
+    if (o_.mpi) others.push_back({"raw MPI", [](const Row &r) -> const Timing & { return r.mpi; }});
+    if (gloo_) others.push_back({"Gloo", [](const Row &r) -> const Timing & { return r.gloo; }});
+    if (o_.memcpy)
+      others.push_back({"memcpy", [](const Row &r) -> const Timing & { return r.memcpy; }});
+    if (cuda_) others.push_back({"raw NCCL", [](const Row &r) -> const Timing & { return r.nccl; }});
+    const size_t first = ran_[0];
+    if (others.empty() && ran_.size() < 2) return;
+    std::fprintf(f, "# summary over %zu sizes: hora's speed over each other column's, min / median "
+                    "/ max; above 1, hora is faster\n", rows.size());
+    std::fprintf(f, "#   means: algbw ratio (%s); medians: the other's median op / hora's (%s)\n",
+                 c_.coll == Coll::kBroadcast ? "in place" : "out of place",
+                 o_.blocking ? "per-op medians" : "hora's async ops have none: --blocking 1");
+    auto line = [&](size_t p, const std::string &name,
+                    const std::function<const Timing &(const Row &)> &get) {
+      std::vector<double> means, medians;
+      for (const Row &r : rows) {
+        const Timing &h = r.planes[p].hora(), &x = get(r);
+        if (!h.ran || !x.ran) continue;
+        means.push_back(h.algbw / x.algbw);
+        if (!std::isnan(h.medianUs) && !std::isnan(x.medianUs))
+          medians.push_back(x.medianUs / h.medianUs);
+      }
+      if (means.empty()) return;
+      std::fprintf(f, "#   hora %-5s over %-10s  means %s / %s / %s", planes_[p].name.c_str(),
+                   name.c_str(), ratio(minOf(means), 1).c_str(), ratio(median(means), 1).c_str(),
+                   ratio(maxOf(means), 1).c_str());
+      if (!medians.empty())
+        std::fprintf(f, "   medians %s / %s / %s", ratio(minOf(medians), 1).c_str(),
+                     ratio(median(medians), 1).c_str(), ratio(maxOf(medians), 1).c_str());
+      std::fprintf(f, "\n");
+    };
+    for (size_t p : ran_) {
+      for (const Other &other : others) line(p, other.name, other.get);
+      if (p != first)
+        line(p, "hora " + planes_[first].name,
+             [first](const Row &r) -> const Timing & { return r.planes[first].hora(); });
+    }
+  }
+
+  // The plot's lines: the same columns as the table.
+  std::vector<Series> series() const {
+    std::vector<Series> s;
+    for (size_t p : ran_) {
+      const std::string prefix = "hora " + (multi_ ? planes_[p].name + " " : std::string());
+      if (c_.horaOutOfPlace)
+        s.push_back({prefix + "out-of-place",
+                     [p](const Row &r) -> const Timing & { return r.planes[p].outOfPlace; }});
+      if (c_.horaInPlace)
+        s.push_back({prefix + "in-place",
+                     [p](const Row &r) -> const Timing & { return r.planes[p].inPlace; }});
+    }
+    if (o_.mpi) s.push_back({"raw MPI", [](const Row &r) -> const Timing & { return r.mpi; }});
+    if (gloo_) s.push_back({"Gloo", [](const Row &r) -> const Timing & { return r.gloo; }});
+    if (o_.memcpy)
+      s.push_back({"memcpy bound (GB/s per rank)",
+                   [](const Row &r) -> const Timing & { return r.memcpy; }});
+    if (cuda_) s.push_back({"raw NCCL", [](const Row &r) -> const Timing & { return r.nccl; }});
+    return s;
+  }
+
+ private:
+  static double minOf(const std::vector<double> &v) { return *std::min_element(v.begin(), v.end()); }
+  static double maxOf(const std::vector<double> &v) { return *std::max_element(v.begin(), v.end()); }
+
+  std::vector<Table::Column> horaColumns() const {
+    std::vector<Table::Column> cols = {{"time", "(us)", 7}};
+    if (o_.blocking) cols.push_back({"median", "(us)", 7});
+    cols.insert(cols.end(), {{"algbw", "(GB/s)", 6}, {"busbw", "(GB/s)", 6}, {"#wrong", "", 5}});
+    return cols;
+  }
+  static std::vector<Table::Column> rawColumns() {
+    return {{"time", "(us)", 7}, {"median", "(us)", 7}, {"busbw", "(GB/s)", 6}};
+  }
+
+  const Options &o_;
+  const CollInfo &c_;
+  const DType &t_;
+  const ReduceOp &op_;
+  const std::vector<Plane> &planes_;
+  const bool gloo_, cuda_;
+  std::vector<size_t> ran_;
+  bool multi_ = false;
+  Table table_;
+};
+
+int run(int argc, char **argv) {
+  const int rank = worldRank(), n = worldSize();
   Options opt;
   std::string error;
   const ParseResult parsed = parseCommandLine(argc, argv, optionSpecs(&opt), &error);
@@ -930,6 +1057,8 @@ int run(int argc, char **argv, int rank, int n) {
   const DType *type = findDType(opt.dtype);
   const ReduceOp *op = findReduceOp(opt.redop);
   const CollInfo *coll = findColl(opt.coll);
+  const bool cudaMode = opt.device == "cuda";
+  std::vector<std::string> planeNames;
   if (parsed == ParseResult::kRun) {
     if (!coll)
       error = "unknown --op " + opt.coll +
@@ -947,10 +1076,21 @@ int run(int argc, char **argv, int rank, int n) {
               " ranks)";
     else if (opt.device != "cpu" && opt.device != "cuda")
       error = "unknown --device " + opt.device + " (cpu or cuda)";
-    else if (opt.device == "cuda" && !HORA_BENCH_CUDA)
+    else if (cudaMode && !HORA_BENCH_CUDA)
       error = "--device cuda: this build has no NCCL backend (meson found no CUDA/NCCL/nvcc)";
-    else if (opt.device == "cuda" && CudaSide::deviceCount() == 0)
+    else if (cudaMode && CudaSide::deviceCount() == 0)
       error = "--device cuda: no CUDA device is visible to this process";
+    else if (cudaMode && !opt.planes.empty())
+      error = "--planes compares CPU planes; --device cuda runs hora on NCCL";
+    if (error.empty()) {
+      // CUDA tensors go through NCCL whatever the CPU plane: one run, hora as launched.
+      if (cudaMode)
+        planeNames = {launchedBackend().empty() ? std::string("auto") : launchedBackend()};
+      else if (opt.planes.empty())
+        planeNames = defaultPlanes();
+      else
+        planeNames = parsePlanes(opt.planes, &error);
+    }
   }
   // Files and tools that rank 0 needs at the end, checked before a long run.
   if (error.empty() && parsed == ParseResult::kRun && rank == 0) {
@@ -963,23 +1103,23 @@ int run(int argc, char **argv, int rank, int n) {
   }
   if (usageErrorAnywhere(error, rank)) return 1;
 
-  // On the GPU the CPU columns do not apply: the raw NCCL column takes their place.
-  const bool cudaMode = opt.device == "cuda";
-  if (cudaMode) opt.mpi = opt.gloo = opt.memcpy = false;
+  // On the GPU the CPU columns do not apply: the raw NCCL column takes their place. Raw MPI
+  // needs an MPI launcher.
+  std::string mpiSkipped;
+  if (cudaMode) {
+    opt.mpi = opt.gloo = opt.memcpy = false;
+  } else if (!opt.mpi) {
+    mpiSkipped = "--mpi 0";
+  } else if (!underMpi()) {
+    opt.mpi = false;
+    mpiSkipped = std::string("launched by ") + launcherName() + ", not an MPI launcher";
+  }
 
-  checkHora(hora_init(), "hora_init");
-  if (hora_size() != n) failHere("hora sees " + std::to_string(hora_size()) + " ranks, MPI " +
-                                 std::to_string(n));
   const std::vector<RankInfo> ranks = gatherRanks();
-
-  std::unique_ptr<Gloo> gloo;
+  std::unique_ptr<RawGloo> gloo;
   std::string glooSkipped;
-#if HORA_BENCH_GLOO
-  if (opt.gloo) gloo = Gloo::connect(rank, ranks, &glooSkipped);
-#else
-  glooSkipped = "this build has no Gloo (meson found no libgloo-dev)";
-#endif
-  if (!opt.gloo) glooSkipped = cudaMode ? "--device cuda" : "--gloo 0";
+  if (opt.gloo) gloo = RawGloo::connect(rank, ranks, &glooSkipped);
+  else glooSkipped = cudaMode ? "--device cuda" : "--gloo 0";
 
   // Sizes from -b to -e, times -f; rows whose rounded size repeats are dropped.
   std::vector<Shape> shapes;
@@ -994,13 +1134,14 @@ int run(int argc, char **argv, int rank, int n) {
     capacity = std::max(capacity, static_cast<size_t>(s.bytes));
   }
 
-  std::unique_ptr<CudaSide> cuda;
-  if (cudaMode) {
-    try {
-      cuda = std::make_unique<CudaSide>(hora_local_rank(), capacity);
-    } catch (const std::exception &e) {
-      failHere(std::string("--device cuda: ") + e.what());
-    }
+  std::vector<Plane> planes;
+  for (size_t p = 0; p < planeNames.size(); ++p) {
+    Plane pl;
+    pl.name = planeNames[p];
+    // The first plane traces where HORA_TIMELINE says, the others beside it (t-gloo.json).
+    if (!launchedTimeline().empty())
+      pl.timeline = p == 0 ? launchedTimeline() : withSuffix(launchedTimeline(), "-" + pl.name);
+    planes.push_back(pl);
   }
 
   const bool bcast = coll->coll == Coll::kBroadcast;
@@ -1013,32 +1154,44 @@ int run(int argc, char **argv, int rank, int n) {
                 humanBytes(opt.minBytes).c_str(), humanBytes(opt.maxBytes).c_str(), opt.factor,
                 opt.iters, opt.warmup, opt.trials, opt.trials == 1 ? "" : "s",
                 opt.check ? "on" : "off");
-    std::printf("# hora: %s; time = mean per op, slowest rank%s\n",
+    std::string list;
+    for (const std::string &p : planeNames) list += (list.empty() ? "" : ", ") + p;
+    std::printf("# launched by %s; hora plane%s: %s (HORA_CPU_BACKEND; the sweep once per plane, "
+                "hora_init afresh for each)\n",
+                launcherName(), planeNames.size() == 1 ? "" : "s", list.c_str());
+    std::printf("# hora: %s; time = mean per op, slowest rank%s%s\n",
                 opt.blocking ? "blocking, each op waited for before the next (--blocking 1)"
                              : "-n ops submitted async back to back, then one wait for all",
-                opt.trials == 1 ? "" : ", median of the trials");
+                opt.trials == 1 ? "" : ", median of the trials",
+                opt.blocking ? "; median = the median op (each op's slowest rank)" : "");
     // A timed loop names -n ops: past the response cache's capacity every op negotiates through
     // the coordinator, which a training step (whose names repeat) does not.
     const char *capacityText = std::getenv("HORA_CACHE_CAPACITY");
-    const long capacity = capacityText != nullptr ? std::atol(capacityText) : kDefaultCacheCapacity;
-    if (!opt.blocking && opt.iters > capacity)
+    const long cacheCapacity = capacityText != nullptr ? std::atol(capacityText) : kDefaultCacheCapacity;
+    if (!opt.blocking && opt.iters > cacheCapacity)
       std::printf("# note: -n %d names more ops than the response cache holds "
                   "(HORA_CACHE_CAPACITY=%ld): hora's columns time its coordinator, not the cached "
                   "path; raise HORA_CACHE_CAPACITY to time that\n",
-                  opt.iters, capacity);
+                  opt.iters, cacheCapacity);
     if (opt.mpi)
       std::printf("# raw MPI: %s, blocking calls on the same buffers%s\n", coll->mpiCall,
                   !coll->reduces ? ""
                   : op->hora == HORA_OP_AVERAGE ? " (avg timed as a sum)"
                   : type->mpi == MPI_DATATYPE_NULL ? " (a user op on 16-bit words)" : "");
+    else if (!cudaMode)
+      std::printf("# raw MPI column skipped: %s\n", mpiSkipped.c_str());
     if (gloo)
-      std::printf("# Gloo: %s, blocking calls, tcp over 127.0.0.1%s\n", coll->glooCall,
+      std::printf("# Gloo: %s, blocking calls, tcp over %s%s\n", coll->glooCall,
+                  gloo->address().c_str(),
                   coll->reduces && op->hora == HORA_OP_AVERAGE ? " (avg timed as a sum)" : "");
     else
       std::printf("# Gloo column skipped: %s\n", glooSkipped.c_str());
+    if (opt.mpi || gloo)
+      std::printf("# raw columns: time = mean per op; median = the median op (each op's slowest "
+                  "rank)\n");
     if (opt.memcpy)
       std::printf("# memcpy: every rank copies size bytes at once; GB/s = size / time\n");
-    if (cuda)
+    if (cudaMode)
       std::printf("# --device cuda: every tensor on the rank's GPU (local rank %% GPUs); raw NCCL: "
                   "-n ops on one stream, one synchronisation, on the same buffers\n");
     std::printf("# busbw = algbw x %s; ratios: hora's algbw (%s) over the column's\n",
@@ -1046,94 +1199,130 @@ int run(int argc, char **argv, int rank, int n) {
                 bcast ? "in place" : "out of place");
     printRanks(stdout, ranks);
     std::printf("#\n");
-  }
-
-  Table table;
-  table.addGroup("", {{"size", "(B)", 12}, {"count", "(elements)", 12}, {"type", "", 8},
-                      {"redop", "", 6}, {"root", "", 6}});
-  table.addGroup("out-of-place", {{"time", "(us)", 7}, {"algbw", "(GB/s)", 6},
-                                  {"busbw", "(GB/s)", 6}, {"#wrong", "", 5}});
-  table.addGroup("in-place", {{"time", "(us)", 7}, {"algbw", "(GB/s)", 6},
-                              {"busbw", "(GB/s)", 6}, {"#wrong", "", 5}});
-  if (opt.mpi) table.addGroup("raw MPI", {{"time", "(us)", 7}, {"busbw", "(GB/s)", 6}});
-  if (gloo) table.addGroup("Gloo", {{"time", "(us)", 7}, {"busbw", "(GB/s)", 6}});
-  if (opt.memcpy) table.addGroup("memcpy", {{"time", "(us)", 7}, {"GB/s", "", 6}});
-  if (cuda) table.addGroup("raw NCCL", {{"time", "(us)", 7}, {"busbw", "(GB/s)", 6}});
-  std::vector<Table::Column> ratioColumns;
-  if (opt.mpi) ratioColumns.push_back({"hora/MPI", "", 8});
-  if (gloo) ratioColumns.push_back({"hora/Gloo", "", 9});
-  if (opt.memcpy) ratioColumns.push_back({"hora/memcpy", "", 11});
-  if (cuda) ratioColumns.push_back({"hora/NCCL", "", 9});
-  if (!ratioColumns.empty()) table.addGroup("ratios", ratioColumns);
-  if (rank == 0) {
-    table.printHeader(stdout);
     std::fflush(stdout);
   }
 
-  std::vector<Row> rows;
+  std::vector<Row> rows(shapes.size());
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    rows[i].shape = shapes[i];
+    rows[i].planes.resize(planes.size());
+  }
+  const bool anyRaw = opt.mpi || gloo || opt.memcpy || cudaMode;
+  // One plane asked for: rows stream out as they are measured, as nccl-tests prints them.
+  // Several: the table follows once every plane ran.
+  const bool streaming = planes.size() == 1;
+  std::unique_ptr<Report> report;
+  std::unique_ptr<CudaSide> cuda;
   {
-    Bench bench(opt, *coll, *type, *op, rank, n, capacity, gloo.get(), cuda.get());
-    // A process's first ops are cold (code, allocator, the engine's first cycles); nccl-tests too
-    // warms up at the smallest size first. Bandwidth-bound sizes need no such pass.
-    if (!shapes.empty() && shapes.front().bytes <= kColdPassMaxBytes) bench.run(shapes.front());
-    for (const Shape &s : shapes) {
-      rows.push_back(bench.run(s));
-      const Row &r = rows.back();
-      if (rank != 0) continue;
-      auto wrong = [&](const Timing &t) {
-        return !t.ran ? std::string("n/a") : opt.check ? std::to_string(t.wrong) : "N/A";
-      };
-      std::vector<std::string> cells = {
-          std::to_string(r.shape.bytes), std::to_string(r.shape.count), type->name, redop,
-          std::to_string(bcast ? opt.root : -1)};
-      for (const Timing *t : {&r.outOfPlace, &r.inPlace}) {
-        cells.push_back(formatTime(t->timeUs));
-        cells.push_back(formatFixed(t->algbw, 2));
-        cells.push_back(formatFixed(t->busbw, 2));
-        cells.push_back(wrong(*t));
+    Bench bench(opt, *coll, *type, *op, rank, n, capacity, gloo.get());
+    bool rawDone = !anyRaw;
+    for (Plane &plane : planes) {
+      if (!startPlane(plane.name, plane.timeline, &plane.skipped)) {
+        if (rank == 0) {
+          std::printf("# hora on %s: skipped: %s\n", plane.name.c_str(), plane.skipped.c_str());
+          std::fflush(stdout);
+        }
+        continue;
       }
-      for (const Timing *t : {&r.mpi, &r.gloo, &r.memcpy, &r.nccl}) {
-        if ((t == &r.mpi && !opt.mpi) || (t == &r.gloo && !gloo) ||
-            (t == &r.memcpy && !opt.memcpy) || (t == &r.nccl && !cuda))
-          continue;
-        cells.push_back(formatTime(t->timeUs));
-        cells.push_back(formatFixed(t->busbw, 2));
+      plane.ran = true;
+      if (cudaMode && !cuda) {
+        try {
+          cuda = std::make_unique<CudaSide>(hora_local_rank(), capacity);
+        } catch (const std::exception &e) {
+          failHere(std::string("--device cuda: ") + e.what());
+        }
+        bench.setCuda(cuda.get());
       }
-      const double h = r.hora().algbw;
-      if (opt.mpi) cells.push_back(ratio(h, r.mpi.algbw));
-      if (gloo) cells.push_back(ratio(h, r.gloo.algbw));
-      if (opt.memcpy) cells.push_back(ratio(h, r.memcpy.algbw));
-      if (cuda) cells.push_back(ratio(h, r.nccl.algbw));
-      table.printRow(stdout, cells);
-      std::fflush(stdout);
+      if (streaming && rank == 0) {
+        report = std::make_unique<Report>(opt, *coll, *type, *op, planes, gloo != nullptr,
+                                          cuda != nullptr);
+        report->printHeader(stdout);
+        std::fflush(stdout);
+      }
+      const size_t p = static_cast<size_t>(&plane - planes.data());
+      const double t0 = now();
+      // A runtime's first ops are cold (code, allocator, the engine's first cycles); nccl-tests
+      // too warms up at the smallest size first. Bandwidth-bound sizes need no such pass.
+      PlaneTiming scratch;
+      Row scratchRow;
+      if (!shapes.empty() && shapes.front().bytes <= kColdPassMaxBytes)
+        bench.run(shapes.front(), true, !rawDone, &scratch, &scratchRow);
+      for (Row &r : rows) {
+        bench.run(r.shape, true, !rawDone, &r.planes[p], &r);
+        if (report) {
+          report->printRow(stdout, r);
+          std::fflush(stdout);
+        }
+      }
+      rawDone = true;
+      plane.seconds = now() - t0;
+      if (rank == 0 && !streaming) {
+        std::printf("# hora on %s: %zu sizes in %.1f s\n", plane.name.c_str(), rows.size(),
+                    plane.seconds);
+        std::fflush(stdout);
+      }
+    }
+    if (cudaMode && !cuda) failHere("--device cuda: hora could not start: " + planes[0].skipped);
+    if (!rawDone) {
+      // No plane ran: the raw columns alone, while the harness world (if any) idles.
+      stopHora();
+      for (Row &r : rows) bench.run(r.shape, false, true, nullptr, &r);
     }
   }
+  if (rank == 0 && !report) {
+    report = std::make_unique<Report>(opt, *coll, *type, *op, planes, gloo != nullptr,
+                                      cuda != nullptr);
+    report->printHeader(stdout);
+    for (const Row &r : rows) report->printRow(stdout, r);
+  }
 
-  // nccl-tests' footer: the average over every hora bus bandwidth printed (both forms).
+  // nccl-tests' footer: the average over every hora bus bandwidth printed (both forms) of the
+  // first plane that ran; with several planes, each plane's too.
+  const int primary = primaryPlane(planes);
   int64_t horaWrong = 0, baselineWrong = 0;
-  double busSum = 0, mpiSum = 0, glooSum = 0, ncclSum = 0;
-  int busCount = 0, mpiCount = 0, glooCount = 0, ncclCount = 0;
+  std::vector<double> planeBusSum(planes.size(), 0);
+  std::vector<int> planeBusCount(planes.size(), 0);
+  double mpiSum = 0, glooSum = 0, ncclSum = 0;
+  int mpiCount = 0, glooCount = 0, ncclCount = 0;
   for (const Row &r : rows) {
-    for (const Timing *t : {&r.outOfPlace, &r.inPlace}) {
-      if (!t->ran) continue;
-      horaWrong += t->wrong;
-      busSum += t->busbw;
-      ++busCount;
+    for (size_t p = 0; p < planes.size(); ++p) {
+      for (const Timing *t : {&r.planes[p].outOfPlace, &r.planes[p].inPlace}) {
+        if (!t->ran) continue;
+        horaWrong += t->wrong;
+        planeBusSum[p] += t->busbw;
+        ++planeBusCount[p];
+      }
     }
     baselineWrong += r.mpi.wrong + r.gloo.wrong + r.nccl.wrong;
     if (r.nccl.ran) ncclSum += r.nccl.busbw, ++ncclCount;
     if (r.mpi.ran) mpiSum += r.mpi.busbw, ++mpiCount;
     if (r.gloo.ran) glooSum += r.gloo.busbw, ++glooCount;
   }
-  const double avgBus = busCount ? busSum / busCount : std::nan("");
+  auto avgOf = [&](int p) {
+    return p >= 0 && planeBusCount[p] ? planeBusSum[p] / planeBusCount[p] : std::nan("");
+  };
+  const double avgBus = avgOf(primary);
   int status = horaWrong || baselineWrong ? 1 : 0;
+  if (primary < 0) status = 1;  // nothing of hora was measured
   if (rank == 0) {
+    report->printSummary(stdout, rows);
+    for (const Plane &plane : planes)
+      if (!plane.ran)
+        std::printf("# hora on %s: skipped: %s\n", plane.name.c_str(), plane.skipped.c_str());
+    if (primary < 0) std::printf("# no hora plane could start\n");
     std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(horaWrong),
                 !opt.check ? "(not checked)" : horaWrong ? "FAILED" : "OK");
     if (baselineWrong)
       std::printf("# MPI, Gloo or NCCL results wrong: %lld (a bug in the benchmark or the library)\n",
                   static_cast<long long>(baselineWrong));
     std::printf("# Avg bus bandwidth    : %g\n", avgBus);
+    int ran = 0;
+    for (const Plane &plane : planes) ran += plane.ran;
+    if (ran > 1)
+      for (size_t p = 0; p < planes.size(); ++p)
+        if (planes[p].ran)
+          std::printf("# Avg hora %s bus bandwidth: %g\n", planes[p].name.c_str(),
+                      avgOf(static_cast<int>(p)));
     if (mpiCount) std::printf("# Avg MPI bus bandwidth: %g\n", mpiSum / mpiCount);
     if (glooCount) std::printf("# Avg Gloo bus bandwidth: %g\n", glooSum / glooCount);
     if (ncclCount) std::printf("# Avg NCCL bus bandwidth: %g\n", ncclSum / ncclCount);
@@ -1146,8 +1335,8 @@ int run(int argc, char **argv, int rank, int n) {
                      std::strerror(errno));
         status = 2;
       } else {
-        writeJson(f, opt, *coll, *type, *op, n, glooSkipped, gloo != nullptr, rows,
-                  horaWrong + baselineWrong, avgBus);
+        writeJson(f, opt, *coll, *type, *op, n, glooSkipped, gloo != nullptr, mpiSkipped, planes,
+                  rows, horaWrong + baselineWrong, avgBus);
         std::fclose(f);
       }
     }
@@ -1155,7 +1344,7 @@ int run(int argc, char **argv, int rank, int n) {
       const std::string title = std::string("hora-bench ") + coll->name + ", " +
                                 std::to_string(n) + " ranks, " + type->name +
                                 (coll->reduces ? std::string(" ") + op->name : std::string());
-      const std::string why = plot(opt.plot, title, rows);
+      const std::string why = plot(opt.plot, title, rows, report->series());
       if (!why.empty()) {
         std::fprintf(stderr, "%s: --plot %s: %s\n", programName(), opt.plot.c_str(), why.c_str());
         status = 2;
@@ -1164,9 +1353,9 @@ int run(int argc, char **argv, int rank, int n) {
       }
     }
   }
-  MPI_Bcast(&status, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  broadcastBytes(&status, sizeof status);
   gloo.reset();
-  checkHora(hora_shutdown(), "hora_shutdown");
+  cuda.reset();
   return status;
 }
 
@@ -1174,5 +1363,5 @@ int run(int argc, char **argv, int rank, int n) {
 }  // namespace hora::bench
 
 int main(int argc, char **argv) {
-  return hora::bench::runUnderMpi(argc, argv, "hora-bench", hora::bench::run);
+  return hora::bench::runBenchmark(argc, argv, "hora-bench", hora::bench::run);
 }

@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// hora-grads: one data-parallel gradient step of a real model's tensors, hora against raw MPI.
+// hora-grads: one data-parallel gradient step of a real model's tensors, hora on each plane
+// against raw MPI and Gloo.
 
 #include "bench_util.h"
+#include "raw_gloo.h"
+#include "world.h"
 
 #include <hora/hora.h>
 
@@ -17,6 +20,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <string>
@@ -30,7 +34,6 @@ namespace hora::bench {
 namespace {
 
 constexpr const char *kFusionKnob = "HORA_FUSION_THRESHOLD";
-constexpr const char *kTimelineKnob = "HORA_TIMELINE";
 
 struct Options {
   std::vector<std::string> models;
@@ -38,6 +41,8 @@ struct Options {
   int warmup = 3;
   int latencyIters = 200;
   bool check = true;
+  bool mpi = true, gloo = true;
+  std::string planes;  // --planes, "" = defaultPlanes()
   std::string json;
 };
 
@@ -45,7 +50,9 @@ void usage(FILE *f) {
   std::fprintf(
       f,
       "usage: mpirun -np N hora-grads [--model FILE]... [--steps N] [--warmup N] [--latency N]\n"
-      "         [-c 0|1] [--json FILE]\n"
+      "         [--planes LIST] [--mpi 0|1] [--gloo 0|1] [-c 0|1] [--json FILE]\n"
+      "   or: tools/horarun -np N hora-grads ...   (or torchrun-style variables: MASTER_ADDR,\n"
+      "       MASTER_PORT, RANK, WORLD_SIZE; or srun)\n"
       "\n"
       "  --model FILE  a model's gradient tensors: one '#' comment line, then one 'name dims'\n"
       "                line per tensor, dims joined by 'x' (float32). Repeatable. Default:\n"
@@ -53,24 +60,35 @@ void usage(FILE *f) {
       "                " HORA_GRADS_DATA_DIR "\n"
       "  --steps N     timed steps per variant (default 20)\n"
       "  --warmup N    untimed steps before them (default 3)\n"
-      "  --latency N   4-byte allreduces for the latency line (default 200; 0 skips it)\n"
+      "  --latency N   4-byte allreduces for the latency lines (default 200; 0 skips them)\n"
+      "  --planes LIST hora's CPU planes, comma-separated: mpi, gloo, ucx (or auto). Default: mpi\n"
+      "                (under an MPI launcher only), gloo (where built), ucx; only the launched\n"
+      "                one where HORA_CPU_BACKEND is set. Each plane: hora_shutdown,\n"
+      "                HORA_CPU_BACKEND=PLANE, hora_init; one that cannot start is reported as\n"
+      "                skipped, with hora's reason\n"
+      "  --mpi 0, --gloo 0   drop the raw MPI (only under an MPI launcher anyway) or Gloo rows\n"
       "  -c, --check   verify the last step of every variant (default 1)\n"
       "  --json FILE   every figure as JSON (written by rank 0)\n"
       "\n"
       "One step, as data-parallel training runs it: every tensor of the model allreduced (sum, in\n"
       "place, on one contiguous gradient buffer), submitted in REVERSE order (as backpropagation\n"
-      "produces them), then a wait for all. Variants:\n"
-      "  hora (fusion on)   hora_allreduce_async per tensor with the knobs as launched (defaults\n"
-      "                     unless HORA_* variables say otherwise), then hora_wait on each\n"
-      "  hora (fusion off)  the same after hora_shutdown, HORA_FUSION_THRESHOLD=0, hora_init\n"
-      "                     (with HORA_TIMELINE=t.json set, it traces into t-fusion-off.json)\n"
-      "  MPI per tensor     a blocking MPI_Allreduce(MPI_IN_PLACE) per tensor, reverse order\n"
-      "  MPI flat           one MPI_Allreduce of the whole gradient buffer\n"
-      "Step time: an MPI_Barrier, the step, then the slowest rank's elapsed time; the table gives\n"
-      "the median and the minimum over the steps. GB/s = gradient bytes / median step time.\n"
-      "vs hora = the variant's median / hora (fusion on)'s: above 1, hora is faster.\n"
-      "Latency: a blocking 4-byte allreduce (hora: submit + wait), the median over N calls,\n"
-      "slowest rank, against MPI_Allreduce.\n");
+      "produces them), then a wait for all. Rows, per model:\n"
+      "  hora P (fusion on)   on plane P: hora_allreduce_async per tensor with the knobs as\n"
+      "                       launched (defaults unless HORA_* variables say otherwise), then\n"
+      "                       hora_wait on each\n"
+      "  hora P (fusion off)  the same after hora_shutdown, HORA_FUSION_THRESHOLD=0, hora_init\n"
+      "                       (with HORA_TIMELINE=t.json set, the first plane traces into t.json\n"
+      "                       and t-fusion-off.json, a later plane P into t-P.json and\n"
+      "                       t-P-fusion-off.json)\n"
+      "  MPI per tensor       a blocking MPI_Allreduce(MPI_IN_PLACE) per tensor, reverse order\n"
+      "  MPI flat             one MPI_Allreduce of the whole gradient buffer\n"
+      "  Gloo per tensor/flat the same through Gloo's own allreduce on its own TCP mesh\n"
+      "Step time: a barrier, the step, then the slowest rank's elapsed time; the table gives the\n"
+      "median, the mean (a stall the median hides shows there) and the minimum over the steps.\n"
+      "GB/s = gradient bytes / median step time. vs hora = the row's median / the first plane's\n"
+      "hora (fusion on) median: above 1, that hora is faster.\n"
+      "Latency: a blocking 4-byte allreduce (hora: submit + wait), each call's slowest rank, the\n"
+      "median and the mean over N calls, per plane, against MPI_Allreduce and Gloo's allreduce.\n");
 }
 
 std::vector<OptionSpec> optionSpecs(Options *o) {
@@ -92,6 +110,26 @@ std::vector<OptionSpec> optionSpecs(Options *o) {
       {{"--steps"}, integer(&o->steps, 1)},
       {{"--warmup"}, integer(&o->warmup, 0)},
       {{"--latency"}, integer(&o->latencyIters, 0)},
+      {{"--planes"},
+       [o](const char *v) -> std::string {
+         if (!*v) return "empty";
+         o->planes = v;
+         return "";
+       }},
+      {{"--mpi"},
+       [o](const char *v) -> std::string {
+         int64_t n = 0;
+         if (!parseInt(v, 0, 1, &n)) return "expected 0 or 1";
+         o->mpi = n != 0;
+         return "";
+       }},
+      {{"--gloo"},
+       [o](const char *v) -> std::string {
+         int64_t n = 0;
+         if (!parseInt(v, 0, 1, &n)) return "expected 0 or 1";
+         o->gloo = n != 0;
+         return "";
+       }},
       {{"-c", "--check"},
        [o](const char *v) -> std::string {
          int64_t n = 0;
@@ -126,27 +164,23 @@ struct Model {
 // Rank 0 reads the file and broadcasts it, so that every rank parses the same text and a bad
 // file gives one message.
 bool readOnRoot(const std::string &path, int rank, std::string *text, std::string *error) {
-  int ok = 1;
+  std::string failure;  // rank 0's reason, sent to every rank
   if (rank == 0) {
     std::ifstream in(path, std::ios::binary);
     if (!in) {
-      ok = 0;
-      *error = "cannot read " + path + ": " + std::strerror(errno);
+      failure = "cannot read " + path + ": " + std::strerror(errno);
     } else {
       std::ostringstream s;
       s << in.rdbuf();
       *text = s.str();
     }
   }
-  MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  if (!ok) return false;
-  int64_t size = static_cast<int64_t>(text->size());
-  MPI_Bcast(&size, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
-  text->resize(static_cast<size_t>(size));
-  for (int64_t at = 0; at < size; at += INT_MAX / 2) {
-    const int chunk = static_cast<int>(std::min<int64_t>(INT_MAX / 2, size - at));
-    MPI_Bcast(&(*text)[static_cast<size_t>(at)], chunk, MPI_CHAR, 0, MPI_COMM_WORLD);
+  broadcastString(&failure);
+  if (!failure.empty()) {
+    if (rank == 0) *error = failure;
+    return false;
   }
+  broadcastString(text);
   return true;
 }
 
@@ -208,16 +242,15 @@ bool parseModel(const std::string &path, const std::string &text, Model *m, std:
 struct Result {
   bool ran = false;
   std::vector<double> stepMs;  // slowest rank, per timed step
-  double medianMs = std::nan(""), minMs = std::nan(""), gbs = std::nan("");
+  double medianMs = std::nan(""), meanMs = std::nan(""), minMs = std::nan(""), gbs = std::nan("");
   int64_t wrong = 0;  // summed over ranks
 };
 
-enum Variant { kHoraFused, kHoraUnfused, kMpiPerTensor, kMpiFlat, kVariants };
-
-const char *const kVariantLabels[kVariants] = {"hora (fusion on)", "hora (fusion off)",
-                                               "MPI per tensor", "MPI flat (1 call)"};
-const char *const kVariantKeys[kVariants] = {"hora_fusion_on", "hora_fusion_off",
-                                             "mpi_per_tensor", "mpi_flat"};
+// The raw rows, after every plane's two hora rows.
+enum Raw { kMpiPerTensor, kMpiFlat, kGlooPerTensor, kGlooFlat, kRaws };
+const char *const kRawLabels[kRaws] = {"MPI per tensor", "MPI flat (1 call)", "Gloo per tensor",
+                                       "Gloo flat (1 call)"};
+const char *const kRawKeys[kRaws] = {"mpi_per_tensor", "mpi_flat", "gloo_per_tensor", "gloo_flat"};
 
 // One model's gradient buffer (float32, one allocation; each tensor a slice of it) and the steps
 // that reduce it.
@@ -280,6 +313,18 @@ class Step {
                   MPI_COMM_WORLD);
   }
 
+  void glooPerTensor(RawGloo &gloo) {
+    const ReduceFn sum = reduceFunction(Kind::kF32, HORA_OP_SUM);
+    for (size_t i = m_.tensors.size(); i-- > 0;) {
+      float *t = data() + m_.tensors[i].offset;
+      gloo.allreduce(t, t, m_.tensors[i].numel, 4, sum);
+    }
+  }
+
+  void glooFlat(RawGloo &gloo) {
+    gloo.allreduce(data(), data(), m_.elems, 4, reduceFunction(Kind::kF32, HORA_OP_SUM));
+  }
+
   // Warm-up steps, then timed ones. The sums grow step by step (in place); the buffer is filled
   // afresh, untimed, before the last step, whose result is then checked.
   Result measure(const Options &opt, const std::function<void()> &step) {
@@ -288,16 +333,14 @@ class Step {
     for (int i = 0; i < opt.warmup; ++i) step();
     for (int i = 0; i < opt.steps; ++i) {
       if (opt.check && i == opt.steps - 1) fill();
-      MPI_Barrier(MPI_COMM_WORLD);
-      const double t0 = MPI_Wtime();
+      barrier();
+      const double t0 = now();
       step();
-      r.stepMs.push_back(slowestRank(MPI_Wtime() - t0) * 1e3);
+      r.stepMs.push_back(slowestRank(now() - t0) * 1e3);
     }
-    if (opt.check) {
-      r.wrong = countWrong();
-      MPI_Allreduce(MPI_IN_PLACE, &r.wrong, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
-    }
+    if (opt.check) r.wrong = sumOverRanks(countWrong());
     r.medianMs = median(r.stepMs);
+    r.meanMs = mean(r.stepMs);
     r.minMs = *std::min_element(r.stepMs.begin(), r.stepMs.end());
     r.gbs = static_cast<double>(m_.bytes()) / (r.medianMs * 1e6);
     return r;
@@ -312,41 +355,38 @@ class Step {
   float input_[7], expected_[7];
 };
 
-// Where the fusion-off variant traces when HORA_TIMELINE is set: the launched path with
-// "-fusion-off" before its extension ("t.json" -> "t-fusion-off.json"). hora starts the
-// timeline afresh at hora_init, so the same path would lose the fusion-on trace.
-std::string unfusedTimeline(const std::string &path) {
-  const size_t slash = path.rfind('/');
-  const size_t dot = path.rfind('.');
-  const bool hasExtension = dot != std::string::npos && (slash == std::string::npos || dot > slash + 1);
-  return hasExtension ? path.substr(0, dot) + "-fusion-off" + path.substr(dot) : path + "-fusion-off";
-}
+// One --planes entry and what it measured.
+struct Plane {
+  std::string name;
+  bool ran = false;
+  std::string skipped;
+  std::string timelineOn, timelineOff;  // "" when HORA_TIMELINE is unset
+  double latencyMedianUs = std::nan(""), latencyMeanUs = std::nan("");
+  std::vector<Result> fused, unfused;  // per model
+};
 
-// hora reads its knobs at hora_init: shut down, set the knobs, start again.
-void restartHora(const char *fusionThreshold, const std::string &timeline) {
-  checkHora(hora_shutdown(), "hora_shutdown");
-  setenv(kFusionKnob, fusionThreshold, 1);
-  if (!timeline.empty()) setenv(kTimelineKnob, timeline.c_str(), 1);
-  checkHora(hora_init(), "hora_init (again)");
-}
-
-// The median over iters blocking 4-byte allreduces, slowest rank, in us.
+// Blocking 4-byte allreduces: a few untimed, then `iters` each timed on every rank; each call's
+// time is its slowest rank's. Median and mean, in us.
+struct Latency {
+  double medianUs = std::nan(""), meanUs = std::nan("");
+};
 template <typename F>
-double latencyUs(int iters, F &&once) {
+Latency latency(int iters, F &&once) {
   for (int i = 0; i < std::min(iters, 20); ++i) once();
-  MPI_Barrier(MPI_COMM_WORLD);
+  barrier();
   std::vector<double> us;
   for (int i = 0; i < iters; ++i) {
-    const double t0 = MPI_Wtime();
+    const double t0 = now();
     once();
-    us.push_back((MPI_Wtime() - t0) * 1e6);
+    us.push_back((now() - t0) * 1e6);
   }
-  return slowestRank(median(us));
+  maxOverRanks(us.data(), us.size());
+  return {median(us), mean(us)};
 }
 
 struct ModelResult {
   Model model;
-  Result variants[kVariants];
+  Result raw[kRaws];
 };
 
 std::string ratioText(double num, double den) {
@@ -354,46 +394,89 @@ std::string ratioText(double num, double den) {
   return std::isfinite(r) ? formatFixed(r, 2) : "n/a";
 }
 
-void writeJson(FILE *f, const Options &o, int n, const char *fusionEnv, double horaLatUs,
-               double mpiLatUs, const std::vector<ModelResult> &results) {
+void writeResult(JsonWriter &j, const Options &o, const char *key, const Result &r) {
+  j.key(key);
+  if (!r.ran) {
+    j.null();
+    return;
+  }
+  j.beginObject().field("median_ms", r.medianMs).field("mean_ms", r.meanMs);
+  j.field("min_ms", r.minMs).field("gbs", r.gbs);
+  if (o.check) j.field("wrong", r.wrong); else j.key("wrong").null();
+  j.key("steps_ms").beginArray();
+  for (double ms : r.stepMs) j.value(ms);
+  j.endArray().endObject();
+}
+
+void writeJson(FILE *f, const Options &o, int n, const char *fusionEnv,
+               const std::vector<Plane> &planes, int primary, const Latency &mpiLat,
+               const Latency &glooLat, const std::string &mpiSkipped,
+               const std::string &glooSkipped, const std::vector<ModelResult> &results) {
+  static const Result kNone;
+  const Plane *first = primary >= 0 ? &planes[static_cast<size_t>(primary)] : nullptr;
   JsonWriter j(f);
   j.beginObject();
   j.field("ranks", n).field("steps", o.steps).field("warmup", o.warmup);
   j.field("dtype", "float32").field("op", "sum").field("check", o.check);
+  j.field("launcher", launcherName());
   if (fusionEnv) j.field("fusion_threshold_env", fusionEnv); else j.key("fusion_threshold_env").null();
-  j.key("latency").beginObject().field("iters", o.latencyIters).field("hora_us", horaLatUs);
-  j.field("mpi_us", mpiLatUs).field("hora_over_mpi", horaLatUs / mpiLatUs).endObject();
+  if (first) j.field("plane", first->name); else j.key("plane").null();
+  j.key("planes").beginArray();
+  for (const Plane &p : planes) {
+    j.beginObject().field("name", p.name).field("ran", p.ran);
+    if (p.ran) j.key("skipped").null(); else j.field("skipped", p.skipped);
+    j.endObject();
+  }
+  j.endArray();
+  if (mpiSkipped.empty()) j.key("mpi_skipped").null(); else j.field("mpi_skipped", mpiSkipped);
+  if (glooSkipped.empty()) j.key("gloo_skipped").null(); else j.field("gloo_skipped", glooSkipped);
+  const double horaLat = first ? first->latencyMedianUs : std::nan("");
+  j.key("latency").beginObject().field("iters", o.latencyIters).field("hora_us", horaLat);
+  j.field("hora_mean_us", first ? first->latencyMeanUs : std::nan(""));
+  j.field("mpi_us", mpiLat.medianUs).field("mpi_mean_us", mpiLat.meanUs);
+  j.field("gloo_us", glooLat.medianUs).field("gloo_mean_us", glooLat.meanUs);
+  j.field("hora_over_mpi", horaLat / mpiLat.medianUs);
+  j.key("hora_planes").beginObject();
+  for (const Plane &p : planes) {
+    if (!p.ran) continue;
+    j.key(p.name).beginObject().field("median_us", p.latencyMedianUs);
+    j.field("mean_us", p.latencyMeanUs).endObject();
+  }
+  j.endObject().endObject();
   j.key("models").beginArray();
-  for (const ModelResult &mr : results) {
-    const Model &m = mr.model;
-    j.beginObject().field("name", m.name).field("file", m.file);
-    j.field("tensors", static_cast<int64_t>(m.tensors.size())).field("elements", m.elems);
-    j.field("bytes", m.bytes());
-    for (int v = 0; v < kVariants; ++v) {
-      const Result &r = mr.variants[v];
-      j.key(kVariantKeys[v]);
-      if (!r.ran) {
-        j.null();
-        continue;
-      }
-      j.beginObject().field("median_ms", r.medianMs).field("min_ms", r.minMs);
-      j.field("gbs", r.gbs);
-      if (o.check) j.field("wrong", r.wrong); else j.key("wrong").null();
-      j.key("steps_ms").beginArray();
-      for (double ms : r.stepMs) j.value(ms);
-      j.endArray().endObject();
+  for (size_t m = 0; m < results.size(); ++m) {
+    const ModelResult &mr = results[m];
+    const Model &model = mr.model;
+    j.beginObject().field("name", model.name).field("file", model.file);
+    j.field("tensors", static_cast<int64_t>(model.tensors.size())).field("elements", model.elems);
+    j.field("bytes", model.bytes());
+    const Result &on = first ? first->fused[m] : kNone, &off = first ? first->unfused[m] : kNone;
+    writeResult(j, o, "hora_fusion_on", on);
+    writeResult(j, o, "hora_fusion_off", off);
+    for (int v = 0; v < kRaws; ++v) writeResult(j, o, kRawKeys[v], mr.raw[v]);
+    j.key("hora_planes").beginObject();
+    for (const Plane &p : planes) {
+      if (!p.ran) continue;
+      j.key(p.name).beginObject();
+      writeResult(j, o, "fusion_on", p.fused[m]);
+      writeResult(j, o, "fusion_off", p.unfused[m]);
+      j.field("over_first_plane", p.fused[m].medianMs / on.medianMs);
+      j.endObject();
     }
-    const double hora = mr.variants[kHoraFused].medianMs;
-    j.field("mpi_per_tensor_over_hora", mr.variants[kMpiPerTensor].medianMs / hora);
-    j.field("mpi_flat_over_hora", mr.variants[kMpiFlat].medianMs / hora);
-    j.field("fusion_off_over_on", mr.variants[kHoraUnfused].medianMs / hora);
+    j.endObject();
+    j.field("mpi_per_tensor_over_hora", mr.raw[kMpiPerTensor].medianMs / on.medianMs);
+    j.field("mpi_flat_over_hora", mr.raw[kMpiFlat].medianMs / on.medianMs);
+    j.field("gloo_per_tensor_over_hora", mr.raw[kGlooPerTensor].medianMs / on.medianMs);
+    j.field("gloo_flat_over_hora", mr.raw[kGlooFlat].medianMs / on.medianMs);
+    j.field("fusion_off_over_on", off.medianMs / on.medianMs);
     j.endObject();
   }
   j.endArray();
   j.endObject();
 }
 
-int run(int argc, char **argv, int rank, int n) {
+int run(int argc, char **argv) {
+  const int rank = worldRank(), n = worldSize();
   Options opt;
   std::string error;
   const ParseResult parsed = parseCommandLine(argc, argv, optionSpecs(&opt), &error);
@@ -406,12 +489,15 @@ int run(int argc, char **argv, int rank, int n) {
     opt.models = {HORA_GRADS_DATA_DIR "/resnet50_grads.txt",
                   HORA_GRADS_DATA_DIR "/vit_b_16_grads.txt"};
   std::vector<ModelResult> results;
+  std::vector<std::string> planeNames;
   if (parsed == ParseResult::kRun) {
+    planeNames = opt.planes.empty() ? defaultPlanes() : parsePlanes(opt.planes, &error);
     for (const std::string &path : opt.models) {
+      if (!error.empty()) break;
       std::string text;
       ModelResult mr;
       if (!readOnRoot(path, rank, &text, &error) || !parseModel(path, text, &mr.model, &error)) {
-        if (defaults) error += " (the default model; pass --model FILE)";
+        if (defaults && !error.empty()) error += " (the default model; pass --model FILE)";
         break;
       }
       results.push_back(std::move(mr));
@@ -420,99 +506,194 @@ int run(int argc, char **argv, int rank, int n) {
   if (error.empty() && rank == 0 && !opt.json.empty()) error = unwritable(opt.json);
   if (usageErrorAnywhere(error, rank)) return 1;
 
+  std::string mpiSkipped, glooSkipped;
+  if (!opt.mpi) {
+    mpiSkipped = "--mpi 0";
+  } else if (!underMpi()) {
+    opt.mpi = false;
+    mpiSkipped = std::string("launched by ") + launcherName() + ", not an MPI launcher";
+  }
+  const std::vector<RankInfo> ranks = gatherRanks();
+  std::unique_ptr<RawGloo> gloo;
+  if (opt.gloo) gloo = RawGloo::connect(rank, ranks, &glooSkipped);
+  else glooSkipped = "--gloo 0";
+
   // "fusion on" is hora as launched.
   const char *env = std::getenv(kFusionKnob);
   const std::string fusionEnv = env ? env : "";
   const char *launchedFusion = env ? fusionEnv.c_str() : nullptr;  // setenv may free env
-  const char *timelineEnv = std::getenv(kTimelineKnob);
-  const std::string timelineOn = timelineEnv ? timelineEnv : "";
-  const std::string timelineOff = timelineOn.empty() ? std::string() : unfusedTimeline(timelineOn);
-  checkHora(hora_init(), "hora_init");
-  if (hora_size() != n) failHere("hora sees " + std::to_string(hora_size()) + " ranks, MPI " +
-                                 std::to_string(n));
-  const std::vector<RankInfo> ranks = gatherRanks();
+  std::vector<Plane> planes;
+  for (size_t p = 0; p < planeNames.size(); ++p) {
+    Plane pl;
+    pl.name = planeNames[p];
+    const std::string &tl = launchedTimeline();
+    if (!tl.empty()) {
+      pl.timelineOn = p == 0 ? tl : withSuffix(tl, "-" + pl.name);
+      pl.timelineOff = withSuffix(pl.timelineOn, "-fusion-off");
+    }
+    pl.fused.resize(results.size());
+    pl.unfused.resize(results.size());
+    planes.push_back(pl);
+  }
 
   if (rank == 0) {
     std::printf("# hora-grads: %d ranks, float32 allreduce sum in place, %d steps after %d "
                 "warm-up, check %s\n", n, opt.steps, opt.warmup, opt.check ? "on" : "off");
+    std::string list;
+    for (const std::string &p : planeNames) list += (list.empty() ? "" : ", ") + p;
+    std::printf("# launched by %s; hora plane%s: %s (HORA_CPU_BACKEND; hora_init afresh for "
+                "each)\n", launcherName(), planeNames.size() == 1 ? "" : "s", list.c_str());
     std::printf("# step: every tensor submitted async in reverse order (as backprop produces "
                 "them), then a wait for all\n");
-    std::printf("# time: slowest rank per step (after a barrier); median and min over steps; "
-                "GB/s = gradient bytes / median\n");
+    std::printf("# time: slowest rank per step (after a barrier); median, mean and min over "
+                "steps; GB/s = gradient bytes / median\n");
     std::printf("# fusion on: %s=%s; fusion off: hora_shutdown, %s=0, hora_init\n", kFusionKnob,
                 launchedFusion ? launchedFusion : "(default)", kFusionKnob);
-    std::printf("# vs hora: median time / hora (fusion on)'s median; above 1: hora is faster\n");
+    std::printf("# vs hora: median time / the first plane's hora (fusion on) median; above 1: "
+                "that hora is faster\n");
+    if (!opt.mpi) std::printf("# raw MPI rows skipped: %s\n", mpiSkipped.c_str());
+    if (gloo)
+      std::printf("# Gloo rows: gloo::allreduce, blocking, tcp over %s\n", gloo->address().c_str());
+    else
+      std::printf("# Gloo rows skipped: %s\n", glooSkipped.c_str());
     if (launchedFusion && std::strtod(launchedFusion, nullptr) == 0)
       std::printf("# warning: %s=%s was set at launch, so 'fusion on' is not fused\n",
                   kFusionKnob, launchedFusion);
-    if (!timelineOff.empty())
-      std::printf("# timeline: fusion on in %s=%s, fusion off in %s\n", kTimelineKnob,
-                  timelineOn.c_str(), timelineOff.c_str());
+    for (const Plane &p : planes)
+      if (!p.timelineOn.empty())
+        std::printf("# timeline of hora on %s: fusion on in %s, fusion off in %s\n",
+                    p.name.c_str(), p.timelineOn.c_str(), p.timelineOff.c_str());
     printRanks(stdout, ranks);
     std::printf("#\n");
     std::fflush(stdout);
   }
 
-  // Latency first, while hora runs as launched.
-  double horaLatUs = std::nan(""), mpiLatUs = std::nan("");
-  if (opt.latencyIters > 0) {
-    float x = 1.0f;
-    int64_t one = 1;
-    horaLatUs = latencyUs(opt.latencyIters, [&] {
-      DLTensor t = cpuTensor(&x, DLDataType{kDLFloat, 32, 1}, &one);
-      hora_request_t r = nullptr;
-      checkHora(hora_allreduce_async("grads.latency", &t, &t, HORA_OP_SUM, 1.0, 1.0, 0, &r),
-                "hora_allreduce_async");
-      checkHora(hora_wait(r), "hora_wait");
-      hora_request_free(r);
-    });
-    mpiLatUs = latencyUs(opt.latencyIters, [&] {
-      MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    });
+  // Per plane: latency and the fused steps with the knobs as launched (the raw rows too, in the
+  // first plane that runs), then one restart without fusion for the unfused steps.
+  Latency mpiLat, glooLat;
+  bool rawDone = false;
+  auto measureRaw = [&] {
+    if (opt.latencyIters > 0) {
+      float x = 1.0f;
+      if (opt.mpi)
+        mpiLat = latency(opt.latencyIters, [&] {
+          MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        });
+      if (gloo)
+        glooLat = latency(opt.latencyIters, [&] {
+          gloo->allreduce(&x, &x, 1, 4, reduceFunction(Kind::kF32, HORA_OP_SUM));
+        });
+    }
+    for (ModelResult &mr : results) {
+      Step step(mr.model, rank, n);
+      if (opt.mpi) {
+        mr.raw[kMpiPerTensor] = step.measure(opt, [&] { step.mpiPerTensor(); });
+        if (mr.model.elems <= INT_MAX)
+          mr.raw[kMpiFlat] = step.measure(opt, [&] { step.mpiFlat(); });
+      }
+      if (gloo) {
+        mr.raw[kGlooPerTensor] = step.measure(opt, [&] { step.glooPerTensor(*gloo); });
+        mr.raw[kGlooFlat] = step.measure(opt, [&] { step.glooFlat(*gloo); });
+      }
+    }
+    rawDone = true;
+  };
+  for (Plane &plane : planes) {
+    if (!startPlane(plane.name, plane.timelineOn, &plane.skipped)) {
+      if (rank == 0) {
+        std::printf("# hora on %s: skipped: %s\n", plane.name.c_str(), plane.skipped.c_str());
+        std::fflush(stdout);
+      }
+      continue;
+    }
+    plane.ran = true;
+    if (opt.latencyIters > 0) {
+      float x = 1.0f;
+      int64_t one = 1;
+      const Latency l = latency(opt.latencyIters, [&] {
+        DLTensor t = cpuTensor(&x, DLDataType{kDLFloat, 32, 1}, &one);
+        hora_request_t r = nullptr;
+        checkHora(hora_allreduce_async("grads.latency", &t, &t, HORA_OP_SUM, 1.0, 1.0, 0, &r),
+                  "hora_allreduce_async");
+        checkHora(hora_wait(r), "hora_wait");
+        hora_request_free(r);
+      });
+      plane.latencyMedianUs = l.medianUs;
+      plane.latencyMeanUs = l.meanUs;
+    }
+    for (size_t m = 0; m < results.size(); ++m) {
+      Step step(results[m].model, rank, n);
+      plane.fused[m] = step.measure(opt, [&] { step.hora(); });
+    }
+    if (!rawDone) measureRaw();
+    // hora reads its knobs at hora_init: shut down, set the knob, start again.
+    setenv(kFusionKnob, "0", 1);
+    std::string why;
+    const bool restarted = startPlane(plane.name, plane.timelineOff, &why);
+    if (launchedFusion) setenv(kFusionKnob, fusionEnv.c_str(), 1); else unsetenv(kFusionKnob);
+    if (!restarted) failHere("hora_init on " + plane.name + " without fusion (again): " + why);
+    for (size_t m = 0; m < results.size(); ++m) {
+      Step step(results[m].model, rank, n);
+      plane.unfused[m] = step.measure(opt, [&] { step.hora(); });
+    }
+  }
+  if (!rawDone) {
+    stopHora();  // no plane ran: the raw rows alone
+    measureRaw();
   }
 
-  // Everything that runs with the knobs as launched, then hora without fusion: one restart in
-  // all rather than two per model.
-  for (ModelResult &mr : results) {
-    Step step(mr.model, rank, n);
-    mr.variants[kHoraFused] = step.measure(opt, [&] { step.hora(); });
-    mr.variants[kMpiPerTensor] = step.measure(opt, [&] { step.mpiPerTensor(); });
-    if (mr.model.elems <= INT_MAX) mr.variants[kMpiFlat] = step.measure(opt, [&] { step.mpiFlat(); });
-  }
-  restartHora("0", timelineOff);
-  for (ModelResult &mr : results) {
-    Step step(mr.model, rank, n);
-    mr.variants[kHoraUnfused] = step.measure(opt, [&] { step.hora(); });
-  }
-
+  int primary = -1;
+  for (size_t p = 0; p < planes.size() && primary < 0; ++p)
+    if (planes[p].ran) primary = static_cast<int>(p);
   int64_t wrong = 0;
   for (const ModelResult &mr : results)
-    for (const Result &r : mr.variants) wrong += r.wrong;
-  int status = wrong ? 1 : 0;
+    for (const Result &r : mr.raw) wrong += r.wrong;
+  for (const Plane &p : planes)
+    for (size_t m = 0; m < results.size(); ++m) wrong += p.fused[m].wrong + p.unfused[m].wrong;
+  int status = wrong || primary < 0 ? 1 : 0;
   if (rank == 0) {
     Table table;
     table.addGroup("", {{"model", "", 12, true}, {"tensors", "", 7}, {"MB", "", 7}});
-    table.addGroup("", {{"variant", "", 17, true}});
-    table.addGroup("step time", {{"median", "(ms)", 8}, {"min", "(ms)", 8}});
+    table.addGroup("", {{"variant", "", 22, true}});
+    table.addGroup("step time", {{"median", "(ms)", 8}, {"mean", "(ms)", 8}, {"min", "(ms)", 8}});
     table.addGroup("", {{"GB/s", "", 6}, {"vs hora", "", 7}, {"#wrong", "", 5}});
     table.printHeader(stdout);
-    for (const ModelResult &mr : results) {
-      const double hora = mr.variants[kHoraFused].medianMs;
-      for (int v = 0; v < kVariants; ++v) {
-        const Result &r = mr.variants[v];
+    for (size_t m = 0; m < results.size(); ++m) {
+      const ModelResult &mr = results[m];
+      const double hora =
+          primary >= 0 ? planes[static_cast<size_t>(primary)].fused[m].medianMs : std::nan("");
+      bool firstRow = true;
+      auto row = [&](const std::string &label, const Result &r) {
+        if (!r.ran) return;
         table.printRow(stdout,
-                       {v == 0 ? mr.model.name : "",
-                        v == 0 ? std::to_string(mr.model.tensors.size()) : "",
-                        v == 0 ? formatFixed(mr.model.bytes() / 1e6, 1) : "", kVariantLabels[v],
-                        formatFixed(r.medianMs, 2), formatFixed(r.minMs, 2),
-                        formatFixed(r.gbs, 2), ratioText(r.medianMs, hora),
-                        !r.ran ? "n/a" : opt.check ? std::to_string(r.wrong) : "N/A"});
+                       {firstRow ? mr.model.name : "",
+                        firstRow ? std::to_string(mr.model.tensors.size()) : "",
+                        firstRow ? formatFixed(mr.model.bytes() / 1e6, 1) : "", label,
+                        formatFixed(r.medianMs, 2), formatFixed(r.meanMs, 2),
+                        formatFixed(r.minMs, 2), formatFixed(r.gbs, 2),
+                        ratioText(r.medianMs, hora),
+                        opt.check ? std::to_string(r.wrong) : "N/A"});
+        firstRow = false;
+      };
+      for (const Plane &p : planes) {
+        row("hora " + p.name + " (fusion on)", p.fused[m]);
+        row("hora " + p.name + " (fusion off)", p.unfused[m]);
       }
+      for (int v = 0; v < kRaws; ++v) row(kRawLabels[v], mr.raw[v]);
     }
-    if (opt.latencyIters > 0)
-      std::printf("# latency, one 4-byte allreduce, blocking, median of %d: hora %.1f us, MPI "
-                  "%.1f us (hora/MPI %.1f)\n",
-                  opt.latencyIters, horaLatUs, mpiLatUs, horaLatUs / mpiLatUs);
+    if (opt.latencyIters > 0) {
+      std::printf("# latency, one 4-byte allreduce, blocking, %d calls, median / mean (us):",
+                  opt.latencyIters);
+      for (const Plane &p : planes)
+        if (p.ran)
+          std::printf(" hora %s %.1f / %.1f;", p.name.c_str(), p.latencyMedianUs, p.latencyMeanUs);
+      if (opt.mpi) std::printf(" MPI %.1f / %.1f;", mpiLat.medianUs, mpiLat.meanUs);
+      if (gloo) std::printf(" Gloo %.1f / %.1f;", glooLat.medianUs, glooLat.meanUs);
+      std::printf("\n");
+    }
+    for (const Plane &p : planes)
+      if (!p.ran) std::printf("# hora on %s: skipped: %s\n", p.name.c_str(), p.skipped.c_str());
+    if (primary < 0) std::printf("# no hora plane could start\n");
     std::printf("# Wrong values: %lld %s\n", static_cast<long long>(wrong),
                 !opt.check ? "(not checked)" : wrong ? "FAILED" : "OK");
     std::fflush(stdout);
@@ -523,13 +704,14 @@ int run(int argc, char **argv, int rank, int n) {
                      std::strerror(errno));
         status = 2;
       } else {
-        writeJson(f, opt, n, launchedFusion, horaLatUs, mpiLatUs, results);
+        writeJson(f, opt, n, launchedFusion, planes, primary, mpiLat, glooLat, mpiSkipped,
+                  glooSkipped, results);
         std::fclose(f);
       }
     }
   }
-  MPI_Bcast(&status, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  checkHora(hora_shutdown(), "hora_shutdown");
+  broadcastBytes(&status, sizeof status);
+  gloo.reset();
   return status;
 }
 
@@ -537,5 +719,5 @@ int run(int argc, char **argv, int rank, int n) {
 }  // namespace hora::bench
 
 int main(int argc, char **argv) {
-  return hora::bench::runUnderMpi(argc, argv, "hora-grads", hora::bench::run);
+  return hora::bench::runBenchmark(argc, argv, "hora-grads", hora::bench::run);
 }
