@@ -41,6 +41,8 @@ expect_error "need 1 <= -b <= -e" "$bench" -b 64K -e 4K
 expect_error "unknown -d float8" "$bench" -d float8
 expect_error "-o avg needs a floating-point -d" "$bench" -d int32 -o avg
 expect_error "unknown --device tpu" "$bench" --device tpu
+expect_error "unknown plane 'nccl'" "$bench" --planes gloo,nccl
+expect_error "plane 'gloo' given twice" "$grads" --planes gloo,gloo
 # Without a GPU (or without NCCL in the build), --device cuda says which.
 if [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -eq 0 ]; then
   expect_error "--device cuda: " "$bench" --device cuda
