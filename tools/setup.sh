@@ -10,6 +10,7 @@ packages=(
   libdlpack-dev                          # DLTensor, used by the public header
   libgtest-dev                           # unit and multi-process tests
   libgloo-dev                            # Gloo: CPU backend and transport of env:// worlds
+  libucx-dev ucx-utils                   # UCX: the CPU plane across hosts; ucx_perftest (bench)
   libssl-dev                             # libcrypto: HMAC-SHA256 proofs of the job token
   iproute2                               # ip netns: the two-host test on one machine
   python3                                # /usr/bin/python3: run_tests.sh reads meson's testlog

@@ -344,6 +344,10 @@ const std::vector<OtherVariable> kOtherVariables = {
     {"HORA_FUZZ_CXX", "test/fuzz/run_fuzz.sh"},
     {"HORA_SUITE_CASE_S", "tools/horovod_suite.sh (each case's time limit)"},
     {"HORA_SUITE_TOTAL_S", "tools/horovod_suite.sh (the gloo mode's time limit)"},
+    {"HORA_UCX_*",
+     "tuning of the UCX plane (lib/backends/ucx; docs/ucx.md): HORA_UCX_SPIN_US (how long a wait "
+     "polls before it sleeps, 50), HORA_UCX_SMALL_KB (largest recursive-doubling allreduce, 64), "
+     "HORA_UCX_CHUNK_KB (pipeline chunk of the ring and the broadcast chain, 256)"},
 };
 
 std::string upper(std::string text) {

@@ -121,7 +121,9 @@ void SetEngine::threadMain(const std::function<Parts()> &setup, std::promise<Sta
     callerCycles_ = knobs_.callerCycles != "off" && parts_.backend->peerBell() != nullptr;
     // No sockets in a cycle (MPI's control plane and data plane): a write to a lost peer cannot
     // raise SIGPIPE in a thread that runs a cycle (see drive()).
-    socketFree_ = !parts_.group->usesSockets() && !parts_.backend->caps().usesSockets;
+    // A backend with its own negotiation plane (UCX) leaves the group's channels out of cycles.
+    socketFree_ = !parts_.backend->caps().usesSockets &&
+                  (!parts_.group->usesSockets() || parts_.backend->negotiationPlane() != nullptr);
   } catch (const Error &e) {
     started->set_value(e.toStatus());
     exited_.set_value();

@@ -20,7 +20,7 @@ size_t envKiB(const char *name, size_t fallback) {
   if (const char *v = std::getenv(name)) {
     char *end = nullptr;
     const long kib = std::strtol(v, &end, 10);
-    if (end != v && *end == '\0' && kib > 0) return static_cast<size_t>(kib) << 10;
+    if (end != v && *end == '\0' && kib >= 0) return static_cast<size_t>(kib) << 10;
   }
   return fallback;
 }
@@ -152,6 +152,78 @@ void recursiveDoubling(UcxComm &c, void *buf, int64_t count, size_t esize, const
   }
 }
 
+// Every rank sends its vector to every other and reduces all of them itself, in rank order, so
+// that every rank computes the same bits: one message latency instead of log2(P).
+void directAllreduce(UcxComm &c, void *buf, int64_t count, size_t esize, const Combine &combine,
+                     std::vector<uint8_t> &scratch) {
+  const int n = c.size(), r = c.rank();
+  const uint32_t seq = c.reserve(1);
+  const size_t bytes = static_cast<size_t>(count) * esize;
+  scratch.resize(std::max<size_t>(1, static_cast<size_t>(n) * bytes));
+  auto slot = [&](int p) { return scratch.data() + static_cast<size_t>(p) * bytes; };
+  std::memcpy(slot(r), buf, bytes);
+  UcxComm::Batch b(c);
+  for (int i = 1; i < n; ++i) {
+    const int p = mod(r - i, n);
+    b.recv(p, seq, slot(p), bytes);
+  }
+  for (int i = 1; i < n; ++i) b.send(mod(r + i, n), seq, slot(r), bytes);
+  b.waitAll();
+  std::memcpy(buf, slot(0), bytes);
+  for (int p = 1; p < n; ++p) combine(buf, slot(p), count);
+}
+
+// Across hosts with several ranks on some: each host's ranks send their vectors to its lowest
+// rank (shared memory), which reduces them in rank order; these leaders exchange their hosts'
+// results directly and each reduces them in host order; each leader sends the result back to
+// its host. Every rank gets the same bits, and only one message per leader pair crosses hosts.
+void hostAwareAllreduce(UcxComm &c, void *buf, int64_t count, size_t esize, const Combine &combine,
+                        std::vector<uint8_t> &scratch) {
+  const int r = c.rank();
+  const std::vector<std::vector<int>> &hosts = c.hosts();
+  const std::vector<int> &mine = hosts[static_cast<size_t>(c.hostIndex())];
+  const int leader = mine[0];
+  const uint32_t seq = c.reserve(3);
+  const size_t bytes = static_cast<size_t>(count) * esize;
+  if (r != leader) {
+    UcxComm::Batch b(c);
+    b.send(leader, seq, buf, bytes);
+    b.recv(leader, seq + 2, buf, bytes);  // arrives only after the leader has everyone's vector
+    b.waitAll();
+    return;
+  }
+  const size_t slots = std::max(mine.size(), hosts.size());
+  scratch.resize(std::max<size_t>(1, slots * bytes));
+  auto slot = [&](size_t i) { return scratch.data() + i * bytes; };
+  {
+    UcxComm::Batch b(c);
+    for (size_t i = 1; i < mine.size(); ++i) b.recv(mine[i], seq, slot(i), bytes);
+    b.waitAll();
+  }
+  for (size_t i = 1; i < mine.size(); ++i) combine(buf, slot(i), count);
+  UcxComm::Batch b(c);
+  const size_t me = static_cast<size_t>(c.hostIndex());
+  for (size_t h = 0; h < hosts.size(); ++h) {
+    if (h != me) b.recv(hosts[h][0], seq + 1, slot(h), bytes);
+  }
+  for (size_t h = 0; h < hosts.size(); ++h) {
+    if (h != me) b.send(hosts[h][0], seq + 1, buf, bytes);
+  }
+  b.waitAll();
+  std::memcpy(slot(me), buf, bytes);
+  std::memcpy(buf, slot(0), bytes);
+  for (size_t h = 1; h < hosts.size(); ++h) combine(buf, slot(h), count);
+  UcxComm::Batch down(c);
+  for (size_t i = 1; i < mine.size(); ++i) down.send(mine[i], seq + 2, buf, bytes);
+  down.waitAll();
+}
+
+// Whether hostAwareAllreduce fits: several hosts, some with several ranks, few hosts.
+bool hostAwareFits(const UcxComm &c) {
+  const size_t hosts = c.hosts().size();
+  return hosts > 1 && hosts < static_cast<size_t>(c.size()) && hosts <= 16;
+}
+
 // Binomial tree from `root`: this rank's parent (or -1) and children, as real ranks.
 void binomial(int n, int r, int root, int *parent, std::vector<int> *children) {
   const int vr = mod(r - root, n);
@@ -174,6 +246,7 @@ void binomial(int n, int r, int root, int *parent, std::vector<int> *children) {
 Tuning Tuning::fromEnvironment() {
   Tuning t;
   t.smallBytes = envKiB("HORA_UCX_SMALL_KB", t.smallBytes);
+  t.directBytes = envKiB("HORA_UCX_DIRECT_KB", t.directBytes);
   t.chunkBytes = envKiB("HORA_UCX_CHUNK_KB", t.chunkBytes);
   return t;
 }
@@ -182,6 +255,14 @@ void allreduce(UcxComm &c, const Tuning &t, void *buf, int64_t count, size_t esi
                std::vector<uint8_t> &scratch) {
   const int n = c.size();
   if (n == 1 || count == 0) return;
+  if (static_cast<size_t>(count) * esize <= t.smallBytes && hostAwareFits(c)) {
+    hostAwareAllreduce(c, buf, count, esize, combine, scratch);
+    return;
+  }
+  if (static_cast<size_t>(count) * esize * static_cast<size_t>(n - 1) <= t.directBytes) {
+    directAllreduce(c, buf, count, esize, combine, scratch);
+    return;
+  }
   if (static_cast<size_t>(count) * esize <= t.smallBytes || count < n) {
     recursiveDoubling(c, buf, count, esize, combine, scratch);
     return;
@@ -303,7 +384,10 @@ void alltoallv(UcxComm &c, const void *in, const std::vector<int64_t> &sendBytes
 
 void andWords(UcxComm &c, std::vector<uint64_t> &words, std::vector<uint8_t> &scratch) {
   if (c.size() == 1 || words.empty()) return;
-  recursiveDoubling(
+  auto fn = hostAwareFits(c) ? hostAwareAllreduce
+            : words.size() * 8 * static_cast<size_t>(c.size() - 1) <= (16u << 10) ? directAllreduce
+                                                                                  : recursiveDoubling;
+  fn(
       c, words.data(), static_cast<int64_t>(words.size()), sizeof(uint64_t),
       [](void *dst, const void *src, int64_t count) {
         auto *d = static_cast<uint64_t *>(dst);

@@ -3,6 +3,8 @@
 // function with the same sizes in the same order (the engine's negotiation guarantees it), so
 // every rank reserves the same sequence numbers.
 //
+//  - allreduce, tiny ((P-1) x bytes up to HORA_UCX_DIRECT_KB, 16 KiB by default): every rank
+//    sends its vector to every other and reduces all P in rank order itself: one message latency.
 //  - allreduce, small (up to HORA_UCX_SMALL_KB, 64 KiB by default): recursive doubling, log2(P)
 //    exchanges of the whole vector; with P not a power of two the ranks above the largest power of
 //    two fold into a partner first and get the result back last. Each exchange reduces
@@ -14,7 +16,7 @@
 //  - reducescatter: the ring's first half on a copy of the input, segments = the blocks.
 //  - broadcast: a binomial tree (small), a chunked chain from the root (large).
 //  - allgatherv, alltoallv: every pair exchanges its blocks directly, all at once.
-//  - the control plane: AND by recursive doubling; gather to rank 0 and a binomial broadcast from
+//  - the control plane: AND by direct exchange (recursive doubling for long vectors); gather to rank 0 and a binomial broadcast from
 //    it, of blobs whose length the receiver learns from the message.
 #pragma once
 
@@ -31,6 +33,7 @@ namespace hora::ucx {
 using Combine = std::function<void(void *dst, const void *src, int64_t count)>;
 
 struct Tuning {
+  size_t directBytes = 16 << 10;  // allreduce sends (P-1) x its bytes directly up to here
   size_t smallBytes = 64 << 10;   // up to here allreduce uses recursive doubling
   size_t chunkBytes = 256 << 10;  // pipeline unit of the ring and the broadcast chain
   static Tuning fromEnvironment();

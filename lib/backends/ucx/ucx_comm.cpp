@@ -3,8 +3,13 @@
 #include "backends/ucx/ucx_comm.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
+#include <signal.h>
 #include <sys/random.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <cstdlib>
@@ -53,6 +58,22 @@ uint64_t get64(const std::string &in, size_t &at) {
   std::memcpy(&v, in.data() + at, 8);
   at += 8;
   return v;
+}
+
+// What makes two processes "on one host" for UCX's shared memory and for a pid check: the host
+// name, the kernel's boot id and the pid namespace.
+std::string hostIdentity() {
+  char name[256] = {0};
+  gethostname(name, sizeof name - 1);
+  std::string id = name;
+  if (FILE *f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
+    char boot[64] = {0};
+    if (std::fgets(boot, sizeof boot, f) != nullptr) id += std::string("|") + boot;
+    std::fclose(f);
+  }
+  char ns[128] = {0};
+  if (readlink("/proc/self/ns/pid", ns, sizeof ns - 1) > 0) id += std::string("|") + ns;
+  return id;
 }
 
 }  // namespace
@@ -117,7 +138,13 @@ void UcxComm::exchangeAddresses(Group &group) {
   ucp_address_t *address = nullptr;
   size_t length = 0;
   check(ucp_worker_get_address(worker_, &address, &length), "getting the worker address");
-  std::string mine(reinterpret_cast<const char *>(address), length);
+  // Each entry: this process's host identity, its pid, its worker address.
+  std::string mine;
+  const std::string identity = hostIdentity();
+  put64(mine, identity.size());
+  mine += identity;
+  put64(mine, static_cast<uint64_t>(getpid()));
+  mine.append(reinterpret_cast<const char *>(address), length);
   ucp_worker_release_address(worker_, address);
 
   // Rank 0 collects every address, adds the secret, and sends the lot to everyone.
@@ -137,12 +164,30 @@ void UcxComm::exchangeAddresses(Group &group) {
   group.control().broadcastFromRoot(table);
   size_t at = 0;
   secret_ = (get64(table, at) & 0xffffull) << 48;
-  std::vector<std::string> addresses;
+  std::vector<std::string> addresses, identities;
+  pids_.assign(static_cast<size_t>(size_), 0);
+  sameHost_.assign(static_cast<size_t>(size_), false);
   for (int r = 0; r < size_; ++r) {
     const uint64_t n = get64(table, at);
     HORA_ENFORCE(at + n <= table.size(), "UCX address exchange: truncated table");
-    addresses.push_back(table.substr(at, n));
+    const std::string entry = table.substr(at, n);
     at += n;
+    size_t in = 0;
+    const uint64_t idLength = get64(entry, in);
+    const size_t in0 = in;
+    HORA_ENFORCE(in + idLength + 8 <= entry.size(), "UCX address exchange: truncated entry");
+    sameHost_[static_cast<size_t>(r)] = entry.compare(in, idLength, identity) == 0;
+    in += idLength;
+    pids_[static_cast<size_t>(r)] = static_cast<pid_t>(get64(entry, in));
+    addresses.push_back(entry.substr(in));
+    identities.push_back(entry.substr(in0, idLength));
+  }
+  for (int r = 0; r < size_; ++r) {
+    size_t h = 0;
+    while (h < hosts_.size() && identities[static_cast<size_t>(hosts_[h][0])] != identities[static_cast<size_t>(r)]) ++h;
+    if (h == hosts_.size()) hosts_.emplace_back();
+    hosts_[h].push_back(r);
+    if (r == rank_) hostIndex_ = static_cast<int>(h);
   }
 
   eps_.assign(static_cast<size_t>(size_), nullptr);
@@ -154,7 +199,9 @@ void UcxComm::exchangeAddresses(Group &group) {
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                     UCP_EP_PARAM_FIELD_ERR_HANDLER;
     ep.address = reinterpret_cast<const ucp_address_t *>(addresses[static_cast<size_t>(r)].data());
-    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    // UCX reports a lost remote peer only in PEER mode, which its shared-memory transports do
+    // not offer; a peer on this host gets NONE (shared memory) and a liveness check by pid.
+    ep.err_mode = sameHost_[static_cast<size_t>(r)] ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
     ep.err_handler.cb = onEndpointError;
     ep.err_handler.arg = &errArgs_[static_cast<size_t>(r)];
     const ucs_status_t s = ucp_ep_create(worker_, &ep, &eps_[static_cast<size_t>(r)]);
@@ -198,12 +245,32 @@ void UcxComm::peerFailed(int peer, ucs_status_t status) {
   }
 }
 
+bool UcxComm::armForNextCycle() {
+  while (ucp_worker_progress(worker_) != 0) {
+  }
+  ucp_tag_recv_info_t info{};
+  constexpr uint64_t kJobBits = 0xffffull << 48;
+  if (ucp_tag_probe_nb(worker_, secret_, kJobBits, 0, &info) != nullptr) return false;
+  const ucs_status_t armed = ucp_worker_arm(worker_);
+  return armed == UCS_OK;  // UCS_ERR_BUSY: events pending
+}
+
 uint64_t UcxComm::tagFrom(int peer, uint32_t seq) const {
   return secret_ | (static_cast<uint64_t>(peer) << 32) | seq;
 }
 uint64_t UcxComm::tagTo(uint32_t seq) const { return tagFrom(rank_, seq); }
 
-void UcxComm::checkPeers(const char *what) const {
+void UcxComm::checkPeers(const char *what) {
+  // Peers on this host: by pid, at most every 100 ms (a wait wakes for every message).
+  const Clock::time_point now = Clock::now();
+  const bool due = now - lastPidCheck_ >= std::chrono::milliseconds(100);
+  if (due) lastPidCheck_ = now;
+  for (int r = 0; due && r < size_ && failedPeer_ < 0; ++r) {
+    const pid_t pid = pids_[static_cast<size_t>(r)];
+    if (r != rank_ && sameHost_[static_cast<size_t>(r)] && kill(pid, 0) != 0 && errno == ESRCH) {
+      peerFailed(r, UCS_ERR_CONNECTION_RESET);
+    }
+  }
   if (failedPeer_ >= 0) {
     HORA_THROW(HORA_ERR_PEER_LOST, what, ": rank ", rank_, " lost its connection to rank ",
                failedPeer_, " (UCX: ", ucs_status_string(failure_), ")");
@@ -216,7 +283,7 @@ void UcxComm::progressUntil(Done done, const char *what, int peer) {
   const Clock::time_point start = Clock::now();
   const Clock::time_point spinEnd = start + spin_;
   while (Clock::now() < spinEnd) {
-    ucp_worker_progress(worker_);
+    if (ucp_worker_progress(worker_) == 0) sched_yield();  // a peer may need this core
     if (done()) return;
   }
   checkPeers(what);

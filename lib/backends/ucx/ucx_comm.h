@@ -14,10 +14,12 @@
 // the exact tag, so traffic of another job or of another process set never matches.
 #pragma once
 
+#include <sys/types.h>
 #include <ucp/api/ucp.h>
 
 #include <chrono>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -36,6 +38,11 @@ class UcxComm {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+
+  // The ranks of each host (by UCX's shared-memory reach: host name, boot id, pid namespace),
+  // hosts ordered by their lowest rank, ranks ascending; and this rank's host.
+  const std::vector<std::vector<int>> &hosts() const { return hosts_; }
+  int hostIndex() const { return hostIndex_; }
 
   // `n` consecutive sequence numbers for one collective; every rank reserves alike.
   uint32_t reserve(uint32_t n) {
@@ -76,6 +83,15 @@ class UcxComm {
   // What each endpoint runs on, for the log ("rank 1: tcp/eth0; rank 2: ...").
   std::string transports();
 
+  // Held by whoever drives the worker: the set's cycle (each collective) and the engine thread
+  // while it arms the bell between cycles; the two can be different threads (caller cycles).
+  std::mutex &mutex() { return mutex_; }
+  // With mutex() held, between cycles: drives the worker, and returns false if a message of this
+  // job is already waiting (a peer has started the next cycle) or UCX has events pending;
+  // otherwise arms the worker so that the next message makes eventFd() readable.
+  bool armForNextCycle();
+  int eventFd() const { return eventFd_; }
+
   // Called by UCX from progress when an endpoint fails.
   void peerFailed(int peer, ucs_status_t status);
 
@@ -87,7 +103,7 @@ class UcxComm {
   // the deadline or a failed peer; `what` and `peer` name the wait in the message.
   template <typename Done>
   void progressUntil(Done done, const char *what, int peer);
-  void checkPeers(const char *what) const;
+  void checkPeers(const char *what);
   void startWorker();
   void exchangeAddresses(Group &group);
   void closeEndpoints();
@@ -100,11 +116,17 @@ class UcxComm {
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   int eventFd_ = -1;
-  std::vector<ucp_ep_h> eps_;           // by peer rank; nullptr for this rank
+  std::vector<ucp_ep_h> eps_;
+  std::vector<pid_t> pids_;      // by peer rank
+  std::vector<bool> sameHost_;
+  std::vector<std::vector<int>> hosts_;
+  int hostIndex_ = 0;   // by peer rank: shares this host (UCX may use shared memory)           // by peer rank; nullptr for this rank
   std::vector<std::pair<UcxComm *, int>> errArgs_;  // what each endpoint's error handler gets
   int failedPeer_ = -1;
   ucs_status_t failure_ = UCS_OK;
   std::chrono::nanoseconds spin_;
+  std::chrono::steady_clock::time_point lastPidCheck_{};
+  std::mutex mutex_;
 };
 
 // One line on UCX for hora-info: version and the transports this machine offers.
