@@ -26,11 +26,14 @@ def triples(words):
 class MpirunCommand(TempDirTest):
 
     def dry_run(self, args, env=None):
+        """The mpirun command's words; self.pml_line holds the '# pml: ...' line before it."""
         proc, _ = run_horarun(["--dry-run"] + args, env=env)
         self.assertEqual(proc.returncode, 0, proc.stderr)
         lines = proc.stdout.splitlines()
-        self.assertEqual(len(lines), 1, proc.stdout)
-        return shlex.split(lines[0])
+        self.assertEqual(len(lines), 2, proc.stdout)
+        self.assertTrue(lines[0].startswith("# pml: "), proc.stdout)
+        self.pml_line = lines[0]
+        return shlex.split(lines[1])
 
     def test_host_list(self):
         words = self.dry_run(["-H", "a:4,b:4", "--pml", "ob1", "./prog", "x", "--y"])
@@ -79,13 +82,25 @@ class MpirunCommand(TempDirTest):
         self.assertEqual(option_values(words, "-np"), ["10"])
         self.assertEqual(option_values(words, "--host"), ["alpha:2,beta:3,gamma:1,delta:4"])
 
-    def fake_open_mpi(self, pml_line):
-        """A stand-in mpirun (prints its arguments, exits 7) and, if pml_line, an ompi_info."""
+    def fake_open_mpi(self, pml_line, ucx_params=None, ucx_resources=None):
+        """A stand-in mpirun (prints its arguments, exits 7) and, if pml_line, an ompi_info;
+        ucx_params: (pml_ucx_tls, pml_ucx_devices) it reports (their OMPI_MCA_ variables win,
+        as in Open MPI); ucx_resources: [(transport, device)] of a stand-in ucx_info -d."""
         bindir = self.path("bin")
         os.mkdir(bindir)
         scripts = {"mpirun": 'echo "fake-mpirun $*"\nexit 7\n'}
         if pml_line is not None:
             scripts["ompi_info"] = 'echo "                 MCA pml: %s"\n' % pml_line
+            if ucx_params is not None:
+                for name, value in zip(("pml_ucx_tls", "pml_ucx_devices"), ucx_params):
+                    scripts["ompi_info"] += (
+                        'echo "         MCA (-) pml ucx: parameter \\"%s\\" (current value: '
+                        '\\"${OMPI_MCA_%s:-%s}\\", data source: default, level: 3 user/all, '
+                        'type: string)"\n' % (name, name, value))
+        if ucx_resources is not None:
+            scripts["ucx_info"] = "".join(
+                'echo "#      Transport: %s"\necho "#         Device: %s"\n' % r
+                for r in ucx_resources)
         for name, body in scripts.items():
             path = os.path.join(bindir, name)
             with open(path, "w") as f:
@@ -106,6 +121,81 @@ class MpirunCommand(TempDirTest):
         self.assertIn(["--mca", "pml", "ob1"], triples(words))
         self.assertIn(["--mca", "btl", "tcp,vader,self"], triples(words))
 
+    # Debian 12's Open MPI 4.1 on a machine without InfiniBand: the UCX pml is built, but its
+    # filter admits only InfiniBand/RoCE transports, so forcing it fails; ob1 it is.
+    STOCK_TLS = ("rc_verbs,ud_verbs,rc_mlx5,dc_mlx5,ud_mlx5,cuda_ipc,rocm_ipc", "mlx*")
+    ETHERNET = [("self", "memory0"), ("tcp", "lo"), ("tcp", "eth0"), ("sysv", "memory"),
+                ("posix", "memory"), ("cma", "memory")]
+
+    def test_pml_ucx_cannot_be_selected(self):
+        mpirun = self.fake_open_mpi("ucx (MCA v2.1.0, API v2.0.0, Component v4.1.4)",
+                                    self.STOCK_TLS, self.ETHERNET)
+        words = self.dry_run(["-H", "a:2,b:2", "--mpirun", mpirun, "./prog"])
+        self.assertIn(["--mca", "pml", "ob1"], triples(words))
+        self.assertIn(["--mca", "btl", "tcp,vader,self"], triples(words))
+        self.assertRegex(self.pml_line, r"^# pml: ob1 \(UCX's pml cannot be selected here: "
+                         r"pml_ucx_tls=rc_verbs,.* UCX offers cma,posix,self,sysv,tcp\)$")
+
+    def test_pml_ucx_with_infiniband(self):
+        mpirun = self.fake_open_mpi("ucx (MCA v2.1.0)", self.STOCK_TLS,
+                                    self.ETHERNET + [("rc_mlx5", "mlx5_0:1"), ("ud_verbs",
+                                                                               "mlx5_0:1")])
+        words = self.dry_run(["-H", "a:2,b:2", "--mpirun", mpirun, "./prog"])
+        self.assertIn(["--mca", "pml", "ucx"], triples(words))
+        self.assertNotIn("btl", option_values(words, "--mca"))
+        self.assertIn("UCX offers rc_mlx5 on mlx5_0:1", self.pml_line)
+
+    def test_pml_transport_without_device(self):
+        # A transport passes the filter but on no device of pml_ucx_devices: UCX's pml ranks
+        # below ob1 (Open MPI would pick ob1 itself).
+        mpirun = self.fake_open_mpi("ucx", ("tcp,rc_verbs", "mlx*"), self.ETHERNET)
+        words = self.dry_run(["-H", "a:1", "--mpirun", mpirun, "./prog"])
+        self.assertIn(["--mca", "pml", "ob1"], triples(words))
+        self.assertIn("no device matches pml_ucx_devices=mlx*", self.pml_line)
+
+    def test_pml_filter_opened_by_the_user(self):
+        # OMPI_MCA_pml_ucx_tls=any (in the environment or --mpirun-args) lets UCX over TCP in.
+        for env, extra in (({"OMPI_MCA_pml_ucx_tls": "any", "OMPI_MCA_pml_ucx_devices": "any"},
+                            []),
+                           ({}, ["--mpirun-args",
+                                 "--mca pml_ucx_tls any --mca pml_ucx_devices any"])):
+            mpirun = self.fake_open_mpi("ucx", self.STOCK_TLS, self.ETHERNET)
+            words = self.dry_run(["-H", "a:1", "--mpirun", mpirun] + extra + ["./prog"],
+                                 env=clean_env(**env))
+            self.assertIn(["--mca", "pml", "ucx"], triples(words))
+            self.assertIn("UCX offers tcp on", self.pml_line)
+            shutil.rmtree(self.path("bin"))
+
+    def test_pml_the_user_chose(self):
+        mpirun = self.fake_open_mpi("ucx", self.STOCK_TLS, self.ETHERNET)
+        words = self.dry_run(["-H", "a:1", "--mpirun", mpirun, "--mpirun-args",
+                              "--mca pml ucx --mca btl ^openib", "./prog"])
+        self.assertEqual(option_values(words, "--mca"), ["pml", "btl"])  # theirs, once each
+        self.assertEqual(self.pml_line,
+                         "# pml: ucx (--mca pml in --mpirun-args; horarun adds no pml flags)")
+        words = self.dry_run(["-H", "a:1", "--mpirun", mpirun, "./prog"],
+                             env=clean_env(OMPI_MCA_pml="ob1"))
+        self.assertNotIn("--mca", words)
+        self.assertIn("OMPI_MCA_pml", self.pml_line)
+        # --pml ob1 with the user's own btl list: no second --mca btl.
+        words = self.dry_run(["-H", "a:1", "--mpirun", mpirun, "--pml", "ob1", "--mpirun-args",
+                              "--mca btl self,tcp", "./prog"])
+        self.assertEqual(option_values(words, "--mca"), ["pml", "btl"])
+        self.assertIn(["--mca", "btl", "self,tcp"], triples(words))
+
+    def test_pml_no_ucx_info(self):
+        # Whether UCX's pml can be selected is unknown: no flags, Open MPI chooses (ucx where it
+        # can be selected, else ob1).
+        mpirun = self.fake_open_mpi("ucx", self.STOCK_TLS, None)
+        env = clean_env(PATH=os.path.dirname(mpirun))
+        proc = subprocess.run([sys.executable, HORARUN, "-H", "a:2", "--mpirun", mpirun,
+                               "--dry-run", "./prog"],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, timeout=scaled(30), check=False)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn("# pml: Open MPI's choice (ucx_info not found", proc.stdout)
+        self.assertNotIn("--mca", proc.stdout.splitlines()[-1])
+
     def test_no_ompi_info_no_pml_flags(self):
         mpirun = self.fake_open_mpi(None)
         # PATH holds only the stand-in, so no ompi_info anywhere; horarun runs under this
@@ -115,7 +205,8 @@ class MpirunCommand(TempDirTest):
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True, timeout=scaled(30), check=False)
         self.assertEqual(proc.returncode, 0, proc.stderr)
-        self.assertNotIn("--mca", shlex.split(proc.stdout))
+        self.assertNotIn("--mca", shlex.split(proc.stdout.splitlines()[-1]))
+        self.assertIn("# pml: Open MPI's choice (ompi_info not found)", proc.stdout)
 
     def test_runs_mpirun_and_returns_its_status(self):
         mpirun = self.fake_open_mpi("ucx")
@@ -129,6 +220,16 @@ class MpirunCommand(TempDirTest):
 
 @unittest.skipIf(shutil.which("mpirun") is None, "Open MPI's mpirun is not installed")
 class RealMpirun(TempDirTest):
+
+    @unittest.skipUnless(os.environ.get("MPI_INIT_PROG"), "hora is built without MPI")
+    def test_pml_auto(self):
+        # Without --pml, hora_init's MPI_Init selects the pml horarun chose: it must be one that
+        # can be selected here (on a stock Debian Open MPI without InfiniBand, a forced ucx
+        # fails with "PML ucx cannot be selected").
+        proc, _ = run_horarun(["-H", "localhost:2", "--oversubscribe",
+                               os.environ["MPI_INIT_PROG"]], timeout=scaled(60))
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertEqual(proc.stdout.count("success"), 2, proc.stdout + proc.stderr)
 
     def test_localhost(self):
         script = 'echo "rank=$OMPI_COMM_WORLD_RANK t=$HORA_TIMEOUT_S x=$HORA_TEST_X"'
