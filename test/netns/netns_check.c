@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* A rank of the two-host test: topology as the hosts imply it, and collectives across hosts. */
+/* A rank of the cluster tests: topology as the hosts imply it, and collectives across hosts.
+   Usage: netns_check [HOSTS] (default 2). Ranks [0, size/HOSTS) are on the first host, etc. */
 #include <hora/hora.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,15 +26,19 @@ static int failures = 0;
     }                                                                                     \
   } while (0)
 
-int main(void) {
+int main(int argc, char **argv) {
+  const int hosts = argc > 1 ? atoi(argv[1]) : 2;
   OK(hora_init());
   const int rank = hora_rank(), size = hora_size();
-  /* The script puts ranks [0, size/2) on host A and the rest on host B. */
-  const int perHost = size / 2;
+  if (hosts < 1 || size % hosts != 0 || size > 32) {
+    fprintf(stderr, "netns_check: %d ranks cannot be spread evenly over %d hosts\n", size, hosts);
+    return 2;
+  }
+  const int perHost = size / hosts;
   CHECK(hora_local_size() == perHost, "local_size %d, expected %d", hora_local_size(), perHost);
   CHECK(hora_local_rank() == rank % perHost, "local_rank %d, expected %d", hora_local_rank(),
         rank % perHost);
-  CHECK(hora_cross_size() == 2, "cross_size %d, expected 2", hora_cross_size());
+  CHECK(hora_cross_size() == hosts, "cross_size %d, expected %d", hora_cross_size(), hosts);
   CHECK(hora_cross_rank() == rank / perHost, "cross_rank %d, expected %d", hora_cross_rank(),
         rank / perHost);
 
@@ -82,6 +87,6 @@ int main(void) {
   }
   OK(hora_barrier(0));
   OK(hora_shutdown());
-  if (rank == 0) printf("netns: %d ranks on 2 hosts: %s\n", size, failures ? "FAIL" : "OK");
+  if (rank == 0) printf("netns: %d ranks on %d hosts: %s\n", size, hosts, failures ? "FAIL" : "OK");
   return failures ? 1 : 0;
 }
