@@ -25,6 +25,7 @@ TOOL = os.environ.get("CLUSTER_TOOL") or os.path.join(HERE, "..", "..", "tools",
 CHECK_PROG = os.environ.get("NETNS_CHECK_PROG", "")
 WITH_MPI = os.environ.get("CLUSTER_TEST_MPI") == "1" and shutil.which("mpirun") is not None
 RUN_TIMEOUT_S = scaled(60)
+needs_check_prog = unittest.skipUnless(CHECK_PROG, "NETNS_CHECK_PROG not set (meson sets it)")
 
 
 def tool_env(**extra):
@@ -210,6 +211,7 @@ class DryRun(unittest.TestCase):
 class EnvRanks(ClusterTest):
     """2 hosts x 2 ranks through horarun on each host: netns_check's topology and collectives."""
 
+    @needs_check_prog
     def test_netns_check(self):
         proc, pid, _ = run_tool(["--hosts", "2", "-R", "2",
                                  "-x", "HORA_TIMEOUT_S=%d" % scaled(30), CHECK_PROG])
@@ -217,6 +219,7 @@ class EnvRanks(ClusterTest):
         self.assertIn("[0] netns: 4 ranks on 2 hosts: OK", proc.stdout)
         self.assertClean(pid, proc)
 
+    @needs_check_prog
     def test_three_hosts(self):
         proc, pid, _ = run_tool(["--hosts", "3", "-R", "1",
                                  "-x", "HORA_TIMEOUT_S=%d" % scaled(30), CHECK_PROG, "3"])
@@ -241,6 +244,7 @@ class HostNames(ClusterTest):
     """Ranks started by another launcher (--per-host) without LOCAL_RANK: hora derives the
     topology from the host names alone, as on two machines."""
 
+    @needs_check_prog
     def test_topology_from_host_names(self):
         script = ('hostname; unset LOCAL_WORLD_SIZE; '
                   'RANK=$((NODE_RANK * 2)) WORLD_SIZE=4 "$0" & a=$!; '
@@ -444,6 +448,7 @@ class Shaping(ClusterTest):
 class Mpirun(ClusterTest):
     """--mpirun: Open MPI's daemons in the namespaces through the rsh agent."""
 
+    @needs_check_prog
     def test_netns_check(self):
         proc, pid, _ = run_tool(["--hosts", "2", "-R", "2", "--mpirun",
                                  "-x", "HORA_TIMEOUT_S=%d" % scaled(30), CHECK_PROG])
