@@ -70,7 +70,7 @@ def leftovers(pid):
     links = subprocess.run(["ip", "-o", "link", "show"], stdout=subprocess.PIPE, text=True).stdout
     for line in links.splitlines():
         name = line.split(":", 2)[1].strip().split("@")[0]
-        if re.fullmatch(tag + r"([vp][0-9]+)?", name):
+        if re.fullmatch(tag + r"(b|[vp][0-9]+)", name):
             found.append("link " + name)
     if os.path.isdir("/etc/netns"):
         found += ["/etc/netns/" + n for n in os.listdir("/etc/netns") if n.startswith(tag + "h")]
@@ -134,8 +134,8 @@ class DryRun(unittest.TestCase):
         out = self.dry(["--hosts", "3", "-R", "2", "--subnet", "10.99.7.0/24", "--port", "4242",
                         "-x", "FOO=bar", "./prog", "a b"])
         tag = re.search(r"^# hora-cluster (hcl[0-9]+):", out, re.M).group(1)
-        self.assertIn("ip link add %s type bridge" % tag, out)
-        self.assertIn("ip addr add 10.99.7.254/24 dev %s" % tag, out)
+        self.assertIn("ip link add %sb type bridge" % tag, out)
+        self.assertIn("ip addr add 10.99.7.254/24 dev %sb" % tag, out)
         for i in range(3):
             self.assertIn("ip netns add %sh%d" % (tag, i), out)
             self.assertIn("ip -n %sh%d addr add 10.99.7.%d/24 dev eth0" % (tag, i, i + 1), out)
