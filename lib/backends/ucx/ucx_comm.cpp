@@ -61,7 +61,7 @@ uint64_t get64(const std::string &in, size_t &at) {
 }
 
 // What makes two processes "on one host" for UCX's shared memory and for a pid check: the host
-// name, the kernel's boot id and the pid namespace.
+// name, the kernel's boot id, the IPC and pid namespaces.
 std::string hostIdentity() {
   char name[256] = {0};
   gethostname(name, sizeof name - 1);
@@ -71,8 +71,11 @@ std::string hostIdentity() {
     if (std::fgets(boot, sizeof boot, f) != nullptr) id += std::string("|") + boot;
     std::fclose(f);
   }
-  char ns[128] = {0};
-  if (readlink("/proc/self/ns/pid", ns, sizeof ns - 1) > 0) id += std::string("|") + ns;
+  // UCX's shared memory needs the IPC namespace too; the pid check, the pid namespace.
+  for (const char *link : {"/proc/self/ns/ipc", "/proc/self/ns/pid"}) {
+    char ns[128] = {0};
+    if (readlink(link, ns, sizeof ns - 1) > 0) id += std::string("|") + ns;
+  }
   return id;
 }
 
