@@ -35,79 +35,119 @@ Range chunkOf(int64_t off, int64_t len, int64_t k, int64_t j) {
   return {off + begin, std::min(len, begin + per) - begin};
 }
 
-// The ring over segments (offsets and lengths in elements): reduce-scatter, so that rank r ends
-// with segment r reduced, then (withAllgather) the allgather of the reduced segments.
-void ring(UcxComm &c, const Tuning &t, void *work, const std::vector<int64_t> &segOff,
-          const std::vector<int64_t> &segLen, size_t esize, const Combine &combine, bool withAllgather,
-          std::vector<uint8_t> &scratch) {
-  const int n = c.size(), r = c.rank();
-  const int next = mod(r + 1, n), prev = mod(r - 1, n);
-  const int64_t maxSeg = *std::max_element(segLen.begin(), segLen.end());
-  const int64_t chunkElems = std::max<int64_t>(1, static_cast<int64_t>(t.chunkBytes / esize));
-  const int64_t k = std::max<int64_t>(1, (maxSeg + chunkElems - 1) / chunkElems);
-  const int steps = n - 1;
-  const uint32_t seq = c.reserve(static_cast<uint32_t>((withAllgather ? 2 : 1) * steps * k));
-  auto tag = [&](int step, int64_t j) { return seq + static_cast<uint32_t>(step * k + j); };
-  auto chunk = [&](int seg, int64_t j) { return chunkOf(segOff[seg], segLen[seg], k, j); };
-  const size_t half = static_cast<size_t>(maxSeg) * esize;
-  scratch.resize(std::max<size_t>(1, 2 * half));
+// A ring over `members` (ranks, in ring order; this rank among them) and as many segments of
+// `work` (offsets and lengths in elements), each segment cut into k chunks that flow on their own.
+struct Ring {
+  UcxComm &c;
+  const std::vector<int> &members;
+  const std::vector<int64_t> &segOff, &segLen;
+  size_t esize;
+  int64_t k;  // chunks per segment: the same on every rank of the ring
+  int pos = 0, next = 0, prev = 0;
 
-  UcxComm::Batch sends(c);
-  // Reduce-scatter step s: receive segment r-s-2 from prev into scratch half s%2 and reduce it
-  // into work; send segment r-s-1 (reduced at step s-1) to next.
-  auto postRecvs = [&](int s) {
-    auto b = std::make_unique<UcxComm::Batch>(c);
-    const int seg = mod(r - s - 2, n);
-    for (int64_t j = 0; j < k; ++j) {
-      const Range ch = chunk(seg, j);
-      b->recv(prev, tag(s, j), scratch.data() + (s % 2) * half + static_cast<size_t>(ch.off - segOff[seg]) * esize,
-              static_cast<size_t>(ch.len) * esize);
-    }
-    return b;
-  };
-  for (int64_t j = 0; j < k; ++j) {
-    const Range ch = chunk(mod(r - 1, n), j);
-    sends.send(next, tag(0, j), at(work, ch.off, esize), static_cast<size_t>(ch.len) * esize);
+  Ring(UcxComm &comm, const std::vector<int> &m, const std::vector<int64_t> &off, const std::vector<int64_t> &len,
+       size_t elementSize, int64_t chunks)
+      : c(comm), members(m), segOff(off), segLen(len), esize(elementSize), k(chunks) {
+    const int n = static_cast<int>(members.size());
+    pos = static_cast<int>(std::find(members.begin(), members.end(), c.rank()) - members.begin());
+    next = members[static_cast<size_t>(mod(pos + 1, n))];
+    prev = members[static_cast<size_t>(mod(pos - 1, n))];
   }
-  std::unique_ptr<UcxComm::Batch> recvs[2];
-  recvs[0] = postRecvs(0);
-  for (int s = 0; s < steps; ++s) {
-    if (s + 1 < steps) recvs[(s + 1) % 2] = postRecvs(s + 1);
-    const int seg = mod(r - s - 2, n);
-    for (int64_t j = 0; j < k; ++j) {
-      recvs[s % 2]->waitOne(static_cast<size_t>(j));
-      const Range ch = chunk(seg, j);
-      combine(at(work, ch.off, esize),
-              scratch.data() + (s % 2) * half + static_cast<size_t>(ch.off - segOff[seg]) * esize, ch.len);
-      if (s + 1 < steps) {
-        sends.send(next, tag(s + 1, j), at(work, ch.off, esize), static_cast<size_t>(ch.len) * esize);
-      } else if (withAllgather) {  // seg == r, final: the allgather's first step
-        sends.send(next, tag(steps, j), at(work, ch.off, esize), static_cast<size_t>(ch.len) * esize);
-      }
-    }
-  }
-  if (withAllgather) {
-    // Allgather step s: receive segment r-s-1 from prev in place, pass it on at step s+1.
-    UcxComm::Batch gather(c);
-    for (int s = 0; s < steps; ++s) {
-      const int seg = mod(r - s - 1, n);
+  int size() const { return static_cast<int>(members.size()); }
+  Range chunk(int seg, int64_t j) const { return chunkOf(segOff[seg], segLen[seg], k, j); }
+  uint8_t *at(const Range &ch, void *base) const { return hora::ucx::at(base, ch.off, esize); }
+  size_t bytes(const Range &ch) const { return static_cast<size_t>(ch.len) * esize; }
+
+  // Sequence numbers each half takes: (size - 1) * k.
+  uint32_t span() const { return static_cast<uint32_t>((size() - 1) * k); }
+
+  // Step s: receive segment pos-s-2 from prev into scratch half s%2 and reduce it into work;
+  // send segment pos-s-1 (reduced at step s-1) to next. Ends with segment pos reduced here.
+  void reduceScatter(void *work, const Combine &combine, uint32_t seq, std::vector<uint8_t> &scratch) {
+    const int n = size(), steps = n - 1;
+    if (steps == 0) return;
+    int64_t maxSeg = 0;
+    for (int i = 0; i < n; ++i) maxSeg = std::max(maxSeg, segLen[static_cast<size_t>(i)]);
+    const size_t half = static_cast<size_t>(maxSeg) * esize;
+    scratch.resize(std::max<size_t>(1, 2 * half));
+    auto tag = [&](int step, int64_t j) { return seq + static_cast<uint32_t>(step * k + j); };
+    auto landing = [&](int s, int seg, const Range &ch) {
+      return scratch.data() + (s % 2) * half + static_cast<size_t>(ch.off - segOff[seg]) * esize;
+    };
+    UcxComm::Batch sends(c);
+    auto postRecvs = [&](int s) {
+      auto b = std::make_unique<UcxComm::Batch>(c);
+      const int seg = mod(pos - s - 2, n);
       for (int64_t j = 0; j < k; ++j) {
         const Range ch = chunk(seg, j);
-        gather.recv(prev, tag(steps + s, j), at(work, ch.off, esize), static_cast<size_t>(ch.len) * esize);
+        b->recv(prev, tag(s, j), landing(s, seg, ch), bytes(ch));
+      }
+      return b;
+    };
+    for (int64_t j = 0; j < k; ++j) {
+      const Range ch = chunk(mod(pos - 1, n), j);
+      sends.send(next, tag(0, j), at(ch, work), bytes(ch));
+    }
+    std::unique_ptr<UcxComm::Batch> recvs[2];
+    recvs[0] = postRecvs(0);
+    for (int s = 0; s < steps; ++s) {
+      if (s + 1 < steps) recvs[(s + 1) % 2] = postRecvs(s + 1);
+      const int seg = mod(pos - s - 2, n);
+      for (int64_t j = 0; j < k; ++j) {
+        recvs[s % 2]->waitOne(static_cast<size_t>(j));
+        const Range ch = chunk(seg, j);
+        combine(at(ch, work), landing(s, seg, ch), ch.len);
+        if (s + 1 < steps) sends.send(next, tag(s + 1, j), at(ch, work), bytes(ch));
       }
     }
+    sends.waitAll();
+  }
+
+  // Segment pos is final here; step s receives segment pos-s-1 from prev in place and passes it
+  // on at step s+1.
+  void allgather(void *work, uint32_t seq) {
+    const int n = size(), steps = n - 1;
+    if (steps == 0) return;
+    auto tag = [&](int step, int64_t j) { return seq + static_cast<uint32_t>(step * k + j); };
+    UcxComm::Batch sends(c), gather(c);
     for (int s = 0; s < steps; ++s) {
-      const int seg = mod(r - s - 1, n);
+      const int seg = mod(pos - s - 1, n);
+      for (int64_t j = 0; j < k; ++j) {
+        const Range ch = chunk(seg, j);
+        gather.recv(prev, tag(s, j), at(ch, work), bytes(ch));
+      }
+    }
+    for (int64_t j = 0; j < k; ++j) {
+      const Range ch = chunk(pos, j);
+      sends.send(next, tag(0, j), at(ch, work), bytes(ch));
+    }
+    for (int s = 0; s + 1 < steps; ++s) {
+      const int seg = mod(pos - s - 1, n);
       for (int64_t j = 0; j < k; ++j) {
         gather.waitOne(static_cast<size_t>(s * k + j));
-        if (s + 1 < steps) {
-          const Range ch = chunk(seg, j);
-          sends.send(next, tag(steps + s + 1, j), at(work, ch.off, esize), static_cast<size_t>(ch.len) * esize);
-        }
+        const Range ch = chunk(seg, j);
+        sends.send(next, tag(s + 1, j), at(ch, work), bytes(ch));
       }
     }
+    gather.waitAll();
+    sends.waitAll();
   }
-  sends.waitAll();
+};
+
+// Chunks per segment for segments of up to maxSegElems elements.
+int64_t chunksFor(const Tuning &t, int64_t maxSegElems, size_t esize) {
+  const int64_t chunkElems = std::max<int64_t>(1, static_cast<int64_t>(t.chunkBytes / esize));
+  return std::max<int64_t>(1, (maxSegElems + chunkElems - 1) / chunkElems);
+}
+
+// [off, off+count) cut into n near-equal segments.
+void splitEven(int64_t off, int64_t count, int n, std::vector<int64_t> *segOff, std::vector<int64_t> *segLen) {
+  segOff->resize(static_cast<size_t>(n));
+  segLen->resize(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    (*segOff)[static_cast<size_t>(i)] = off + count * i / n;
+    (*segLen)[static_cast<size_t>(i)] = off + count * (i + 1) / n - (*segOff)[static_cast<size_t>(i)];
+  }
 }
 
 // Recursive doubling on the whole vector (see the header).
@@ -224,6 +264,46 @@ bool hostAwareFits(const UcxComm &c) {
   return hosts > 1 && hosts < static_cast<size_t>(c.size()) && hosts <= 16;
 }
 
+// Every host with the same number of ranks, several hosts, several ranks on each.
+bool hierarchicalFits(const UcxComm &c) {
+  const std::vector<std::vector<int>> &hosts = c.hosts();
+  if (hosts.size() < 2 || hosts[0].size() < 2) return false;
+  for (const std::vector<int> &h : hosts) {
+    if (h.size() != hosts[0].size()) return false;
+  }
+  return true;
+}
+
+// Large vectors across hosts of R ranks each: a ring reduce-scatter inside each host (shared
+// memory) leaves local rank l with slice l of its host's sum; the H ranks of local index l, one per
+// host, allreduce slice l over a ring of their own; a ring allgather inside each host completes
+// the vector. Each host sends 2(H-1)/H of the vector to other hosts, where a flat ring over all n
+// ranks sends 2(n-1)/n of it over each of its cross-host hops (1.5 against 1 for 2 hosts x 2).
+// Each element is reduced by one rank in the end and copied to the rest: every rank has the same
+// bits.
+void hierarchicalAllreduce(UcxComm &c, const Tuning &t, void *buf, int64_t count, size_t esize,
+                           const Combine &combine, std::vector<uint8_t> &scratch) {
+  const std::vector<std::vector<int>> &hosts = c.hosts();
+  const int R = static_cast<int>(hosts[0].size()), H = static_cast<int>(hosts.size());
+  const std::vector<int> &local = hosts[static_cast<size_t>(c.hostIndex())];
+  const int l = static_cast<int>(std::find(local.begin(), local.end(), c.rank()) - local.begin());
+  std::vector<int> peers(static_cast<size_t>(H));
+  for (int h = 0; h < H; ++h) peers[static_cast<size_t>(h)] = hosts[static_cast<size_t>(h)][static_cast<size_t>(l)];
+
+  std::vector<int64_t> slotOff, slotLen, subOff, subLen;
+  splitEven(0, count, R, &slotOff, &slotLen);
+  const int64_t maxSlot = (count + R - 1) / R;
+  splitEven(slotOff[static_cast<size_t>(l)], slotLen[static_cast<size_t>(l)], H, &subOff, &subLen);
+  Ring inside(c, local, slotOff, slotLen, esize, chunksFor(t, maxSlot, esize));
+  Ring across(c, peers, subOff, subLen, esize, chunksFor(t, (maxSlot + H - 1) / H, esize));
+  // The same reservation on every rank: both rings' spans depend only on count, R and H.
+  const uint32_t seq = c.reserve(2 * inside.span() + 2 * across.span());
+  inside.reduceScatter(buf, combine, seq, scratch);
+  across.reduceScatter(buf, combine, seq + inside.span(), scratch);
+  across.allgather(buf, seq + inside.span() + across.span());
+  inside.allgather(buf, seq + inside.span() + 2 * across.span());
+}
+
 // Binomial tree from `root`: this rank's parent (or -1) and children, as real ranks.
 void binomial(int n, int r, int root, int *parent, std::vector<int> *children) {
   const int vr = mod(r - root, n);
@@ -267,12 +347,18 @@ void allreduce(UcxComm &c, const Tuning &t, void *buf, int64_t count, size_t esi
     recursiveDoubling(c, buf, count, esize, combine, scratch);
     return;
   }
-  std::vector<int64_t> off(static_cast<size_t>(n)), len(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) {
-    off[static_cast<size_t>(i)] = count * i / n;
-    len[static_cast<size_t>(i)] = count * (i + 1) / n - off[static_cast<size_t>(i)];
+  if (hierarchicalFits(c)) {
+    hierarchicalAllreduce(c, t, buf, count, esize, combine, scratch);
+    return;
   }
-  ring(c, t, buf, off, len, esize, combine, /*withAllgather=*/true, scratch);
+  std::vector<int> all(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) all[static_cast<size_t>(i)] = i;
+  std::vector<int64_t> off, len;
+  splitEven(0, count, n, &off, &len);
+  Ring ring(c, all, off, len, esize, chunksFor(t, (count + n - 1) / n, esize));
+  const uint32_t seq = c.reserve(2 * ring.span());
+  ring.reduceScatter(buf, combine, seq, scratch);
+  ring.allgather(buf, seq + ring.span());
 }
 
 void reduceScatterInPlace(UcxComm &c, const Tuning &t, void *work, const std::vector<int64_t> &counts,
@@ -290,7 +376,11 @@ void reduceScatterInPlace(UcxComm &c, const Tuning &t, void *work, const std::ve
     recursiveDoubling(c, work, total, esize, combine, scratch);
     return;
   }
-  ring(c, t, work, off, counts, esize, combine, /*withAllgather=*/false, scratch);
+  std::vector<int> all(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) all[static_cast<size_t>(i)] = i;
+  const int64_t maxSeg = *std::max_element(counts.begin(), counts.end());
+  Ring ring(c, all, off, counts, esize, chunksFor(t, maxSeg, esize));
+  ring.reduceScatter(work, combine, c.reserve(ring.span()), scratch);
 }
 
 void broadcast(UcxComm &c, const Tuning &t, void *buf, size_t bytes, int root) {

@@ -9,6 +9,11 @@
 //    exchanges of the whole vector; with P not a power of two the ranks above the largest power of
 //    two fold into a partner first and get the result back last. Each exchange reduces
 //    "mine op= theirs" on both sides, so every rank ends with the same bits (the ops commute).
+//  - across hosts (ranks grouped by the host UCX sees them on): small allreduce and the
+//    negotiation AND gather to each host's lowest rank, which exchange among themselves, so that
+//    one message per pair of hosts crosses the network; large allreduce, with the same number of
+//    ranks on every host, is a ring reduce-scatter inside each host, a ring allreduce of each
+//    slice across hosts, and a ring allgather inside each host.
 //  - allreduce, large: a ring reduce-scatter then a ring allgather, each of the P segments cut
 //    into chunks (HORA_UCX_CHUNK_KB, 256 KiB by default) that flow independently: a chunk goes on to
 //    the next rank the moment it has been reduced, so the steps of the ring overlap and the link
