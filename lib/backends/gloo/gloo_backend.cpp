@@ -4,11 +4,6 @@
 
 #include <unistd.h>
 
-#include <gloo/allgatherv.h>
-#include <gloo/allreduce.h>
-#include <gloo/alltoallv.h>
-#include <gloo/broadcast.h>
-
 #include <algorithm>
 #include <cstring>
 
@@ -21,31 +16,27 @@
 namespace hora {
 namespace {
 
-std::chrono::milliseconds toMs(double seconds) {
-  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
-}
-
-// Gloo calls reduce(c, a, b, n) with c = a op b; hora's vectorised kernels do dst op= src.
-gloo::AllreduceOptions::Func reduceFunction(DType dtype, ReduceOp op) {
-  return [dtype, op](void *c, const void *a, const void *b, size_t n) {  // n: elements
-    const size_t bytes = n * dtypeSize(dtype);
-    if (c == b) {
-      reduceInto(c, a, static_cast<int64_t>(n), dtype, op);  // every op here is commutative
-      return;
-    }
-    if (c != a) std::memmove(c, a, bytes);
-    reduceInto(c, b, static_cast<int64_t>(n), dtype, op);
+// The mesh's reductions are dst op= src, which is what hora's vectorised kernels do.
+GlooMesh::Reduce reduceFunction(DType dtype, ReduceOp op) {
+  return [dtype, op](void *dst, const void *src, size_t n) {
+    reduceInto(dst, src, static_cast<int64_t>(n), dtype, op);
   };
 }
 
+std::vector<size_t> unsignedSizes(const std::vector<int64_t> &sizes) {
+  std::vector<size_t> out;
+  out.reserve(sizes.size());
+  for (int64_t b : sizes) out.push_back(static_cast<size_t>(b));
+  return out;
+}
+
+// Every collective runs on the group's GlooMesh (synchronous pairs, driven by the engine thread;
+// see bootstrap/env/gloo_group.h for why not Gloo's own algorithms).
 class GlooBackend final : public Backend {
  public:
-  GlooBackend(std::shared_ptr<gloo::Context> context, double timeoutS,
-              std::unique_ptr<TcpStoreServer> server, std::unique_ptr<GlooGroup> ownGroup)
-      : server_(std::move(server)),
-        ownGroup_(std::move(ownGroup)),
-        context_(std::move(context)),
-        timeout_(toMs(timeoutS)) {}
+  GlooBackend(std::shared_ptr<GlooMesh> mesh, std::unique_ptr<TcpStoreServer> server,
+              std::unique_ptr<GlooGroup> ownGroup)
+      : server_(std::move(server)), ownGroup_(std::move(ownGroup)), mesh_(std::move(mesh)) {}
 
   const char *name() const override { return "gloo"; }
   const BackendCaps &caps() const override {
@@ -61,89 +52,56 @@ class GlooBackend final : public Backend {
     } else if (in != out) {
       std::memcpy(out, in, static_cast<size_t>(count) * dtypeSize(dtype));
     }
-    if (context_->size == 1) return;
-    glooCall("allreduce", context_->rank, [&] {
-      gloo::AllreduceOptions opts(context_);
-      // Gloo sizes segments and calls the reduce function in elements of the pointer's type;
-      // a type of the element's width keeps both whole-element (the function knows the dtype).
-      switch (dtypeSize(dtype)) {
-        case 1: opts.setOutput(static_cast<uint8_t *>(out), static_cast<size_t>(count)); break;
-        case 2: opts.setOutput(static_cast<uint16_t *>(out), static_cast<size_t>(count)); break;
-        case 4: opts.setOutput(static_cast<uint32_t *>(out), static_cast<size_t>(count)); break;
-        default: opts.setOutput(static_cast<uint64_t *>(out), static_cast<size_t>(count)); break;
-      }
-      opts.setReduceFunction(reduceFunction(dtype, op));
-      opts.setTimeout(timeout_);
-      gloo::allreduce(opts);
+    if (mesh_->size() == 1) return;
+    glooCall("allreduce", mesh_->rank(), [&] {
+      mesh_->allreduce(out, static_cast<size_t>(count), dtypeSize(dtype), reduceFunction(dtype, op));
     });
   }
 
   void broadcast(void *buf, int64_t bytes, int root) override {
-    if (bytes == 0 || context_->size == 1) return;
-    glooCall("broadcast", context_->rank, [&] {
-      gloo::BroadcastOptions opts(context_);
-      opts.setRoot(root);
-      opts.setOutput(static_cast<uint8_t *>(buf), static_cast<size_t>(bytes));
-      opts.setTimeout(timeout_);
-      gloo::broadcast(opts);
-    });
+    if (bytes == 0 || mesh_->size() == 1) return;
+    glooCall("broadcast", mesh_->rank(),
+             [&] { mesh_->broadcast(buf, static_cast<size_t>(bytes), root); });
   }
 
   void allgatherv(const void *in, void *out, const std::vector<int64_t> &bytesPerRank) override {
+    const std::vector<size_t> counts = unsignedSizes(bytesPerRank);
     size_t total = 0;
-    std::vector<size_t> counts;
-    for (int64_t b : bytesPerRank) {
-      counts.push_back(static_cast<size_t>(b));
-      total += static_cast<size_t>(b);
-    }
+    for (size_t b : counts) total += b;
     if (total == 0) return;
-    const size_t mine = counts[static_cast<size_t>(context_->rank)];
-    if (context_->size == 1) {
-      if (out != in) std::memmove(out, in, mine);
+    if (mesh_->size() == 1) {
+      if (out != in) std::memmove(out, in, counts[0]);
       return;
     }
-    uint8_t dummy = 0;
-    glooCall("allgatherv", context_->rank, [&] {
-      gloo::AllgathervOptions opts(context_);
-      opts.setInput(mine ? static_cast<uint8_t *>(const_cast<void *>(in)) : &dummy, mine);
-      opts.setOutput(static_cast<uint8_t *>(out), counts);
-      opts.setTimeout(timeout_);
-      gloo::allgatherv(opts);
-    });
+    glooCall("allgatherv", mesh_->rank(), [&] { mesh_->allgatherv(in, out, counts); });
   }
 
   void alltoallv(const void *in, const std::vector<int64_t> &sendBytes, void *out,
                  const std::vector<int64_t> &recvBytes) override {
-    int64_t sendTotal = 0, recvTotal = 0;
+    int64_t sendTotal = 0;
     for (int64_t b : sendBytes) sendTotal += b;
-    for (int64_t b : recvBytes) recvTotal += b;
-    if (context_->size == 1) {
+    if (mesh_->size() == 1) {
       if (sendTotal > 0 && out != in) std::memmove(out, in, static_cast<size_t>(sendTotal));
       return;
     }
-    uint8_t dummyIn = 0, dummyOut = 0;
-    glooCall("alltoallv", context_->rank, [&] {
-      gloo::AlltoallvOptions opts(context_);
-      opts.setInput(sendTotal ? static_cast<uint8_t *>(const_cast<void *>(in)) : &dummyIn, sendBytes);
-      opts.setOutput(recvTotal ? static_cast<uint8_t *>(out) : &dummyOut, recvBytes);
-      opts.setTimeout(timeout_);
-      gloo::alltoallv(opts);
+    glooCall("alltoallv", mesh_->rank(), [&] {
+      mesh_->alltoallv(in, unsignedSizes(sendBytes), out, unsignedSizes(recvBytes));
     });
   }
 
-  // Gloo has no reduce-scatter for arbitrary blocks: reduce everything, keep this rank's block.
-  // Twice the traffic of a true reduce-scatter; fine for a CPU fallback.
+  // Reduce everything, keep this rank's block: twice the traffic of a true reduce-scatter;
+  // fine for a CPU fallback.
   void reducescatter(const void *in, void *out, const std::vector<int64_t> &counts, DType dtype,
                      ReduceOp op) override {
     int64_t total = 0, before = 0;
     for (size_t r = 0; r < counts.size(); ++r) {
-      if (static_cast<int>(r) < context_->rank) before += counts[r];
+      if (static_cast<int>(r) < mesh_->rank()) before += counts[r];
       total += counts[r];
     }
     const size_t esize = dtypeSize(dtype);
     scratch_.resize(static_cast<size_t>(total) * esize + 1);
     allreduce(in, scratch_.data(), total, dtype, op);
-    const int64_t mine = counts[static_cast<size_t>(context_->rank)];
+    const int64_t mine = counts[static_cast<size_t>(mesh_->rank())];
     if (mine > 0) {
       std::memcpy(out, scratch_.data() + static_cast<size_t>(before) * esize,
                   static_cast<size_t>(mine) * esize);
@@ -151,10 +109,9 @@ class GlooBackend final : public Backend {
   }
 
  private:
-  std::unique_ptr<TcpStoreServer> server_;  // rank 0 of a Gloo context built over MPI
+  std::unique_ptr<TcpStoreServer> server_;  // rank 0 of a Gloo mesh built over MPI
   std::unique_ptr<GlooGroup> ownGroup_;
-  std::shared_ptr<gloo::Context> context_;
-  std::chrono::milliseconds timeout_;
+  std::shared_ptr<GlooMesh> mesh_;
   std::vector<uint8_t> scratch_;
 };
 
@@ -168,7 +125,7 @@ std::string hostAddress() {
 
 std::unique_ptr<Backend> createGlooBackend(Group &group, double timeoutS) {
   if (auto *gloo = dynamic_cast<GlooGroup *>(&group)) {
-    return std::make_unique<GlooBackend>(gloo->context(), timeoutS, nullptr, nullptr);
+    return std::make_unique<GlooBackend>(gloo->mesh(), nullptr, nullptr);
   }
   // Another transport formed this group (MPI): stand up a store on set rank 0 and tell the
   // others where it is, and a fresh job token for it, through the group's own control plane,
@@ -194,8 +151,8 @@ std::unique_ptr<Backend> createGlooBackend(Group &group, double timeoutS) {
   auto store = std::make_shared<TcpStoreClient>(host, port, timeoutS, StoreClientOptions{token, ""});
   auto own = std::make_unique<GlooGroup>(store, "gloo/", group.rank(), group.size(),
                                          routeAddressTo(host, port), timeoutS);
-  std::shared_ptr<gloo::Context> context = own->context();
-  return std::make_unique<GlooBackend>(context, timeoutS, std::move(server), std::move(own));
+  std::shared_ptr<GlooMesh> mesh = own->mesh();
+  return std::make_unique<GlooBackend>(std::move(mesh), std::move(server), std::move(own));
 }
 
 }  // namespace hora

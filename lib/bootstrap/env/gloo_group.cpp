@@ -2,17 +2,21 @@
 // GlooGroup: Gloo rendezvous through hora's store, and the control plane on Gloo collectives.
 #include "bootstrap/env/gloo_group.h"
 
-#include <gloo/allgather.h>
-#include <gloo/allgatherv.h>
-#include <gloo/allreduce.h>
 #include <gloo/alltoall.h>
-#include <gloo/broadcast.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
+#include <gloo/transport/buffer.h>
+#include <gloo/transport/tcp/address.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -61,93 +65,38 @@ class StoreAdapter final : public gloo::rendezvous::Store {
 
 class GlooControlPlane final : public ControlPlane {
  public:
-  GlooControlPlane(std::shared_ptr<gloo::Context> context, double timeoutS)
-      : context_(std::move(context)), timeout_(toMs(timeoutS)) {}
-  int rank() const override { return context_->rank; }
-  int size() const override { return context_->size; }
+  explicit GlooControlPlane(std::shared_ptr<GlooMesh> mesh) : mesh_(std::move(mesh)) {}
+  int rank() const override { return mesh_->rank(); }
+  int size() const override { return mesh_->size(); }
 
   void allreduceAnd(std::vector<uint64_t> &words) override {
-    if (words.empty() || context_->size == 1) return;
+    if (words.empty() || size() == 1) return;
     glooCall("negotiation (waiting for every rank to start the same cycle)", rank(), [&] {
-      gloo::AllreduceOptions opts(context_);
-      opts.setOutput(words.data(), words.size());
-      opts.setReduceFunction([](void *c, const void *a, const void *b, size_t n) {
-        auto *out = static_cast<uint64_t *>(c);
-        const auto *x = static_cast<const uint64_t *>(a);
-        const auto *y = static_cast<const uint64_t *>(b);
-        for (size_t i = 0; i < n; ++i) out[i] = x[i] & y[i];
-      });
-      opts.setTimeout(timeout_);
-      gloo::allreduce(opts);
+      mesh_->allreduce(words.data(), words.size(), sizeof(uint64_t),
+                       [](void *dst, const void *src, size_t n) {
+                         auto *d = static_cast<uint64_t *>(dst);
+                         const auto *s = static_cast<const uint64_t *>(src);
+                         for (size_t i = 0; i < n; ++i) d[i] &= s[i];
+                       });
     });
   }
 
   std::vector<std::string> gatherToRoot(const std::string &blob) override {
-    if (context_->size == 1) return {blob};
-    // Control messages are small: gather them everywhere (allgatherv) and keep them at rank 0.
-    const size_t n = static_cast<size_t>(context_->size);
-    std::vector<int64_t> lengths(n);
-    int64_t mine = static_cast<int64_t>(blob.size());
-    glooCall("negotiation (gathering requests at the coordinator)", rank(), [&] {
-      gloo::AllgatherOptions opts(context_);
-      opts.setInput(&mine, 1);
-      opts.setOutput(lengths.data(), n);
-      opts.setTimeout(timeout_);
-      gloo::allgather(opts);
-    });
-    std::vector<size_t> counts(n);
-    size_t total = 0;
-    for (size_t r = 0; r < n; ++r) {
-      counts[r] = static_cast<size_t>(lengths[r]);
-      total += counts[r];
-    }
-    std::string all(total + 1, '\0');  // +1: never a zero-sized buffer
-    std::string in = blob;
-    in.push_back('\0');
-    glooCall("negotiation (gathering requests at the coordinator)", rank(), [&] {
-      gloo::AllgathervOptions opts(context_);
-      opts.setInput(&in[0], blob.size());
-      opts.setOutput(&all[0], counts);
-      opts.setTimeout(timeout_);
-      gloo::allgatherv(opts);
-    });
-    if (rank() != 0) return {};
+    if (size() == 1) return {blob};
     std::vector<std::string> out;
-    size_t at = 0;
-    for (size_t r = 0; r < n; ++r) {
-      out.push_back(all.substr(at, counts[r]));
-      at += counts[r];
-    }
+    glooCall("negotiation (gathering requests at the coordinator)", rank(),
+             [&] { out = mesh_->gatherToRoot(blob); });
     return out;
   }
 
   void broadcastFromRoot(std::string &blob) override {
-    if (context_->size == 1) return;
-    int64_t length = static_cast<int64_t>(blob.size());
-    glooCall("negotiation (waiting for the coordinator's responses)", rank(), [&] {
-      gloo::BroadcastOptions opts(context_);
-      opts.setRoot(0);
-      opts.setOutput(&length, 1);
-      opts.setTimeout(timeout_);
-      gloo::broadcast(opts);
-    });
-    if (length == 0) {
-      blob.clear();
-      return;
-    }
-    blob.resize(static_cast<size_t>(length));
-    glooCall("negotiation (waiting for the coordinator's responses)", rank(), [&] {
-      gloo::BroadcastOptions opts(context_);
-      opts.setRoot(0);
-      opts.setOutput(&blob[0], blob.size());
-      opts.setTimeout(timeout_);
-      gloo::broadcast(opts);
-    });
+    if (size() == 1) return;
+    glooCall("negotiation (waiting for the coordinator's responses)", rank(),
+             [&] { mesh_->broadcastFromRoot(blob); });
   }
 
  private:
-  std::shared_ptr<gloo::Context> context_;
-  std::chrono::milliseconds timeout_;
+  std::shared_ptr<GlooMesh> mesh_;
 };
 
 // How long a peer-loss error waits for a named peer on this host to be seen gone (see peerIn).
@@ -365,7 +314,8 @@ void throwGlooError(const char *what, int rank, const std::exception &e, const c
                     int line) {
   const std::string text = e.what();
   hora_status_t status = HORA_ERR_BACKEND;
-  if (contains(text, "Timed out") || contains(text, "timed out") || contains(text, "Timeout")) {
+  if (contains(text, "Timed out") || contains(text, "timed out") || contains(text, "Timeout") ||
+      contains(text, "timeout")) {
     status = HORA_ERR_TIMEOUT;
   } else if (contains(text, "closed") || contains(text, "reset") || contains(text, "Broken pipe") ||
              contains(text, "Connection refused") || contains(text, "EOF")) {
@@ -380,6 +330,297 @@ void throwGlooError(const char *what, int rank, const std::exception &e, const c
                                                      : "waiting for " + peer + ": ",
                              text),
               file, line);
+}
+
+// ---- GlooMesh ----------------------------------------------------------------------------------
+
+namespace {
+
+// Every message of the mesh goes to the one recv buffer its pair has registered: matching is by
+// order, so a single slot serves every collective.
+constexpr int kMeshSlot = 0x686f7261;
+// A control message whose sender alone knows its length travels as [u64 length][first bytes]
+// in one message of at most kBlobInline bytes; the rest, if any, follows in a second.
+constexpr size_t kBlobInline = 4096;
+
+// Recursive doubling sends the whole buffer log2(size) times but takes log2(size) rounds; the
+// ring sends 2(size-1)/size of it in 2(size-1) rounds. Measured on 2 local ranks, the one
+// exchange of recursive doubling wins up to 1 MiB (docs/gloo-speed.md);
+// HORA_TEST_GLOO_DOUBLING_BYTES overrides the limit for such measurements.
+size_t doublingLimit(int size) {
+  static const long long forced = [] {
+    const char *v = std::getenv("HORA_TEST_GLOO_DOUBLING_BYTES");
+    return v ? std::atoll(v) : -1LL;
+  }();
+  if (forced >= 0) return static_cast<size_t>(forced);
+  return size == 2 ? (size_t{1} << 20) : (size_t{64} << 10);
+}
+
+// Each pair's socket, found by its local address (every pair has a port of its own): Gloo does
+// not hand it out, and the mesh needs it for TCP_QUICKACK (see exchange).
+std::vector<int> pairSockets(gloo::Context &context) {
+  std::map<std::string, int> byAddress;
+  if (DIR *dir = opendir("/proc/self/fd")) {
+    while (dirent *entry = readdir(dir)) {
+      const int fd = std::atoi(entry->d_name);
+      struct stat st {};
+      if (entry->d_name[0] < '0' || entry->d_name[0] > '9' || fstat(fd, &st) != 0 ||
+          !S_ISSOCK(st.st_mode)) {
+        continue;
+      }
+      sockaddr_storage addr{};
+      socklen_t length = sizeof addr;
+      if (getsockname(fd, reinterpret_cast<sockaddr *>(&addr), &length) != 0 ||
+          (addr.ss_family != AF_INET && addr.ss_family != AF_INET6)) {
+        continue;
+      }
+      byAddress[gloo::transport::tcp::Address(addr).str()] = fd;
+    }
+    closedir(dir);
+  }
+  std::vector<int> out(static_cast<size_t>(context.size), -1);
+  for (int peer = 0; peer < context.size; ++peer) {
+    if (peer == context.rank) continue;
+    auto it = byAddress.find(context.getPair(peer)->address().str());
+    if (it != byAddress.end()) out[static_cast<size_t>(peer)] = it->second;
+  }
+  return out;
+}
+
+}  // namespace
+
+GlooMesh::GlooMesh(std::shared_ptr<gloo::Context> context)
+    : context_(std::move(context)), chunkBytes_(size_t{64} << 10),
+      rank_(context_->rank),
+      size_(context_->size) {
+  if (const char *v = std::getenv("HORA_TEST_GLOO_CHUNK_BYTES"); v && std::atoll(v) > 0) {
+    chunkBytes_ = static_cast<size_t>(std::atoll(v)) / 8 * 8;  // whole elements of any dtype
+  }
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer != rank_) context_->getPair(peer)->setSync(/*sync=*/true, /*busyPoll=*/false);
+  }
+  sockets_ = pairSockets(*context_);
+}
+
+uint8_t *GlooMesh::scratch(size_t bytes) {
+  if (scratch_.size() < bytes) scratch_.resize(bytes);
+  return scratch_.data();
+}
+
+void GlooMesh::exchange(int to, const void *send, size_t sendBytes, int from, void *recv,
+                        size_t recvBytes, const std::function<void(size_t, size_t)> &onChunk) {
+  if (to < 0) sendBytes = 0;
+  if (from < 0) recvBytes = 0;
+  std::unique_ptr<gloo::transport::Buffer> out, in;
+  if (sendBytes > 0) {
+    out = context_->getPair(to)->createSendBuffer(kMeshSlot, const_cast<void *>(send), sendBytes);
+  }
+  if (recvBytes > 0) in = context_->getPair(from)->createRecvBuffer(kMeshSlot, recv, recvBytes);
+  const size_t total = std::max(sendBytes, recvBytes);
+  for (size_t at = 0; at < total; at += chunkBytes_) {
+    if (at < sendBytes) {
+      out->send(at, std::min(chunkBytes_, sendBytes - at), at);
+      out->waitSend();
+    }
+    if (at < recvBytes) {
+      // The messages of a collective alternate in both directions, which puts Linux's TCP in
+      // its interactive mode: it delays ACKs to ride on the next reply, and a sender that needs
+      // them (a message larger than the window it was given) waits for the 40 ms delayed-ACK
+      // timer or a tail-loss probe. Quick ACKs for what this read takes in avoid that.
+      if (const int fd = sockets_[static_cast<size_t>(from)]; fd >= 0) {
+        const int on = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &on, sizeof on);
+      }
+      in->waitRecv();
+      if (onChunk) onChunk(at, std::min(chunkBytes_, recvBytes - at));
+    }
+  }
+}
+
+void GlooMesh::allreduce(void *buf, size_t count, size_t elementSize, const Reduce &reduce) {
+  if (size_ == 1 || count == 0) return;
+  const size_t bytes = count * elementSize;
+  if (bytes <= doublingLimit(size_) || count < static_cast<size_t>(size_)) {
+    recursiveDoubling(buf, bytes, elementSize, reduce);
+  } else {
+    ring(buf, count, elementSize, reduce);
+  }
+}
+
+// Pairs of ranks swap their whole buffers and combine, log2(size) times; with a size that is
+// not a power of two, the first 2 x extra ranks fold in pairs first and get the result back
+// last. Both partners of a swap compute lower-rank op higher-rank from equal operands, so every
+// rank ends with the same bits.
+void GlooMesh::recursiveDoubling(void *buf, size_t bytes, size_t elementSize, const Reduce &reduce) {
+  auto *data = static_cast<uint8_t *>(buf);
+  uint8_t *theirs = scratch(bytes);
+  const size_t count = bytes / elementSize;
+  auto combine = [&](int peer) {
+    if (peer < rank_) {
+      reduce(theirs, data, count);
+      std::memcpy(data, theirs, bytes);
+    } else {
+      reduce(data, theirs, count);
+    }
+  };
+  int pow2 = 1;
+  while (pow2 * 2 <= size_) pow2 *= 2;
+  const int extra = size_ - pow2;
+  int virt = rank_ - extra;
+  if (rank_ < 2 * extra) {
+    if (rank_ % 2 == 0) {
+      exchange(rank_ + 1, data, bytes, -1, nullptr, 0);
+      virt = -1;
+    } else {
+      exchange(-1, nullptr, 0, rank_ - 1, theirs, bytes);
+      combine(rank_ - 1);
+      virt = rank_ / 2;
+    }
+  }
+  if (virt >= 0) {
+    for (int mask = 1; mask < pow2; mask <<= 1) {
+      const int other = virt ^ mask;
+      const int peer = other < extra ? 2 * other + 1 : other + extra;
+      exchange(peer, data, bytes, peer, theirs, bytes);
+      combine(peer);
+    }
+  }
+  if (rank_ < 2 * extra) {
+    if (rank_ % 2 == 1) {
+      exchange(rank_ - 1, data, bytes, -1, nullptr, 0);
+    } else {
+      exchange(-1, nullptr, 0, rank_ + 1, data, bytes);
+    }
+  }
+}
+
+// Reduce-scatter then allgather around the ring, size blocks of whole elements. Each block is
+// reduced along one fixed chain of ranks, then copied to everyone: the same bits everywhere.
+// Each received chunk is reduced while the next one is on the wire.
+void GlooMesh::ring(void *buf, size_t count, size_t elementSize, const Reduce &reduce) {
+  auto *data = static_cast<uint8_t *>(buf);
+  const auto n = static_cast<size_t>(size_);
+  std::vector<size_t> offset(n + 1, 0);
+  for (size_t b = 0; b < n; ++b) {
+    offset[b + 1] = offset[b] + (count / n + (b < count % n ? 1 : 0)) * elementSize;
+  }
+  auto block = [&](int b) { return static_cast<size_t>((b % size_ + size_) % size_); };
+  const int right = (rank_ + 1) % size_, left = (rank_ + size_ - 1) % size_;
+  uint8_t *theirs = scratch(offset[1] - offset[0]);
+  for (int step = 0; step + 1 < size_; ++step) {
+    const size_t out = block(rank_ - step), in = block(rank_ - step - 1);
+    uint8_t *mine = data + offset[in];
+    exchange(right, data + offset[out], offset[out + 1] - offset[out], left, theirs,
+             offset[in + 1] - offset[in], [&](size_t at, size_t length) {
+               reduce(mine + at, theirs + at, length / elementSize);
+             });
+  }
+  for (int step = 0; step + 1 < size_; ++step) {
+    const size_t out = block(rank_ + 1 - step), in = block(rank_ - step);
+    exchange(right, data + offset[out], offset[out + 1] - offset[out], left, data + offset[in],
+             offset[in + 1] - offset[in]);
+  }
+}
+
+void GlooMesh::broadcast(void *buf, size_t bytes, int root) {
+  if (size_ == 1 || bytes == 0) return;
+  const int virt = (rank_ - root + size_) % size_;
+  int mask = 1;
+  for (; mask < size_; mask <<= 1) {
+    if (virt & mask) {
+      exchange(-1, nullptr, 0, (virt - mask + root) % size_, buf, bytes);
+      break;
+    }
+  }
+  for (mask >>= 1; mask > 0; mask >>= 1) {
+    if (virt + mask < size_) exchange((virt + mask + root) % size_, buf, bytes, -1, nullptr, 0);
+  }
+}
+
+void GlooMesh::allgatherv(const void *in, void *out, const std::vector<size_t> &bytes) {
+  const auto n = static_cast<size_t>(size_);
+  std::vector<size_t> offset(n + 1, 0);
+  for (size_t r = 0; r < n; ++r) offset[r + 1] = offset[r] + bytes[r];
+  auto *data = static_cast<uint8_t *>(out);
+  const auto me = static_cast<size_t>(rank_);
+  if (bytes[me] > 0 && data + offset[me] != in) std::memmove(data + offset[me], in, bytes[me]);
+  auto block = [&](int b) { return static_cast<size_t>((b % size_ + size_) % size_); };
+  const int right = (rank_ + 1) % size_, left = (rank_ + size_ - 1) % size_;
+  for (int step = 0; step + 1 < size_; ++step) {
+    const size_t send = block(rank_ - step), recv = block(rank_ - step - 1);
+    exchange(right, data + offset[send], bytes[send], left, data + offset[recv], bytes[recv]);
+  }
+}
+
+void GlooMesh::alltoallv(const void *in, const std::vector<size_t> &sendBytes, void *out,
+                         const std::vector<size_t> &recvBytes) {
+  const auto n = static_cast<size_t>(size_);
+  std::vector<size_t> sendAt(n + 1, 0), recvAt(n + 1, 0);
+  for (size_t r = 0; r < n; ++r) {
+    sendAt[r + 1] = sendAt[r] + sendBytes[r];
+    recvAt[r + 1] = recvAt[r] + recvBytes[r];
+  }
+  const auto *src = static_cast<const uint8_t *>(in);
+  auto *dst = static_cast<uint8_t *>(out);
+  const auto me = static_cast<size_t>(rank_);
+  if (sendBytes[me] > 0) std::memmove(dst + recvAt[me], src + sendAt[me], sendBytes[me]);
+  for (int step = 1; step < size_; ++step) {
+    const auto to = static_cast<size_t>((rank_ + step) % size_);
+    const auto from = static_cast<size_t>((rank_ + size_ - step) % size_);
+    exchange(static_cast<int>(to), src + sendAt[to], sendBytes[to], static_cast<int>(from),
+             dst + recvAt[from], recvBytes[from]);
+  }
+}
+
+void GlooMesh::sendBlob(int to, const std::string &blob) {
+  const uint64_t length = blob.size();
+  const size_t inline_ = std::min<size_t>(blob.size(), kBlobInline - sizeof length);
+  uint8_t *head = scratch(sizeof length + inline_);
+  std::memcpy(head, &length, sizeof length);
+  std::memcpy(head + sizeof length, blob.data(), inline_);
+  exchange(to, head, sizeof length + inline_, -1, nullptr, 0);
+  if (inline_ < blob.size()) {
+    exchange(to, blob.data() + inline_, blob.size() - inline_, -1, nullptr, 0);
+  }
+}
+
+std::string GlooMesh::recvBlob(int from) {
+  uint8_t *head = scratch(kBlobInline);
+  // The message may be shorter than the buffer: Gloo reads what the preamble announces.
+  exchange(-1, nullptr, 0, from, head, kBlobInline);
+  uint64_t length = 0;
+  std::memcpy(&length, head, sizeof length);
+  const size_t inline_ = std::min<size_t>(length, kBlobInline - sizeof length);
+  std::string blob(reinterpret_cast<const char *>(head + sizeof length), inline_);
+  if (inline_ < length) {
+    blob.resize(length);
+    exchange(-1, nullptr, 0, from, &blob[inline_], length - inline_);
+  }
+  return blob;
+}
+
+std::vector<std::string> GlooMesh::gatherToRoot(const std::string &blob) {
+  if (rank_ != 0) {
+    sendBlob(0, blob);
+    return {};
+  }
+  std::vector<std::string> out(static_cast<size_t>(size_));
+  out[0] = blob;
+  for (int r = 1; r < size_; ++r) out[static_cast<size_t>(r)] = recvBlob(r);
+  return out;
+}
+
+void GlooMesh::broadcastFromRoot(std::string &blob) {
+  int mask = 1;
+  for (; mask < size_; mask <<= 1) {
+    if (rank_ & mask) {
+      blob = recvBlob(rank_ - mask);
+      break;
+    }
+  }
+  for (mask >>= 1; mask > 0; mask >>= 1) {
+    if (rank_ + mask < size_) sendBlob(rank_ + mask, blob);
+  }
 }
 
 GlooGroup::GlooGroup(std::shared_ptr<TcpStoreClient> store, const std::string &prefix, int rank,
@@ -409,7 +650,10 @@ GlooGroup::GlooGroup(std::shared_ptr<TcpStoreClient> store, const std::string &p
         card.address, {detail::concat("rank ", peer, " of ", size), card.host, card.pid});
     peerAddresses_.push_back(card.address);
   }
-  plane_ = std::make_unique<GlooControlPlane>(context_, timeoutS);
+  // From here on every message of this group goes through the mesh, in the caller's thread.
+  glooCall("switching the gloo mesh to synchronous pairs", rank,
+           [&] { mesh_ = std::make_shared<GlooMesh>(context_); });
+  plane_ = std::make_unique<GlooControlPlane>(mesh_);
 }
 
 GlooGroup::~GlooGroup() {

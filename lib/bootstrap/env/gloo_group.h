@@ -5,6 +5,9 @@
 
 #include <gloo/context.h>
 
+#include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,6 +16,67 @@
 #include "bootstrap/env/tcp_store.h"
 
 namespace hora {
+
+// Hora's collectives over a Gloo context's TCP pairs, driven by the calling thread alone.
+//
+// Every pair is in Gloo's synchronous mode: the caller writes and reads its sockets itself with
+// blocking calls, and Gloo's device thread never touches them. In the asynchronous mode that
+// gloo::allreduce and friends need, that thread reads each message and wakes the caller; when
+// it finds the pair's lock held by the caller it returns to a level-triggered epoll_wait at
+// once, and where both threads share one CPU (a launcher that binds each rank to a core, hora's
+// own engine-thread binding, or just a busy 2-core host) it spins there until the scheduler's
+// next tick preempts it: 4 ms a message at 250 Hz (docs/gloo-speed.md). Here a message costs one
+// write and one wake-up of the thread that waits for it.
+//
+// Messages on a pair are matched by order, so every rank must issue the same collectives in the
+// same order, from one thread at a time (the set engine's cycle lock). Large transfers go in
+// chunks of 64 KiB (HORA_TEST_GLOO_CHUNK_BYTES to try others), each side writing one chunk
+// before reading the next, so that no more than two chunks are ever unread on a socket and
+// neither side's blocking write can wait for the other's (which would deadlock). A chunk larger
+// than the receiver's TCP window stalls on delayed ACKs (docs/gloo-speed.md).
+class GlooMesh {
+ public:
+  // Combines `count` elements: dst[i] = dst[i] op src[i]. Must be commutative.
+  using Reduce = std::function<void(void *dst, const void *src, size_t count)>;
+
+  // Switches every pair of `context` to synchronous mode (for good: Gloo's own collectives can
+  // no longer run on this context).
+  explicit GlooMesh(std::shared_ptr<gloo::Context> context);
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  // In place over `count` elements of `elementSize` bytes; every rank gets the same bits.
+  void allreduce(void *buf, size_t count, size_t elementSize, const Reduce &reduce);
+  // `bytes` from `root` to every rank (a binomial tree).
+  void broadcast(void *buf, size_t bytes, int root);
+  // out = every rank's block, in rank order; bytes[r]: rank r's block (may be 0).
+  void allgatherv(const void *in, void *out, const std::vector<size_t> &bytes);
+  // sendBytes[r] bytes from `in` (packed in rank order) to rank r; recvBytes[r] from rank r
+  // into `out` (packed in rank order).
+  void alltoallv(const void *in, const std::vector<size_t> &sendBytes, void *out,
+                 const std::vector<size_t> &recvBytes);
+  // Control messages whose length only the sender knows.
+  std::vector<std::string> gatherToRoot(const std::string &blob);
+  void broadcastFromRoot(std::string &blob);
+
+ private:
+  // Sends `sendBytes` to `to` while receiving `recvBytes` from `from` (-1: none), chunk by
+  // chunk; onChunk(offset, length) runs as each received chunk lands.
+  void exchange(int to, const void *send, size_t sendBytes, int from, void *recv,
+                size_t recvBytes, const std::function<void(size_t, size_t)> &onChunk = nullptr);
+  void sendBlob(int to, const std::string &blob);
+  std::string recvBlob(int from);
+  uint8_t *scratch(size_t bytes);
+  void recursiveDoubling(void *buf, size_t bytes, size_t elementSize, const Reduce &reduce);
+  void ring(void *buf, size_t count, size_t elementSize, const Reduce &reduce);
+
+  std::shared_ptr<gloo::Context> context_;
+  size_t chunkBytes_;
+  int rank_;
+  int size_;
+  std::vector<int> sockets_;       // by peer rank: the pair's socket (-1: not found)
+  std::vector<uint8_t> scratch_;  // grows to the largest staging a collective has needed
+};
 
 // Rendezvous through hora's TCP store (keys under `prefix`), then a full mesh of TCP pairs.
 // Every collective of the control plane waits at most timeoutS for a peer.
@@ -30,11 +94,13 @@ class GlooGroup final : public Group {
   Presence *presence() override { return presence_.get(); }
   // The side channel the bootstrap gives the group (words through the store).
   void setPresence(std::unique_ptr<Presence> presence) { presence_ = std::move(presence); }
-  const std::shared_ptr<gloo::Context> &context() const { return context_; }
+  // The mesh every collective of this group runs on (control plane and Gloo backend alike).
+  const std::shared_ptr<GlooMesh> &mesh() const { return mesh_; }
   double timeoutS() const { return timeoutS_; }
 
  private:
   std::shared_ptr<gloo::Context> context_;
+  std::shared_ptr<GlooMesh> mesh_;
   std::unique_ptr<ControlPlane> plane_;
   double timeoutS_;
   std::vector<std::string> peerAddresses_;  // by peer rank: its pair to this rank listens there
