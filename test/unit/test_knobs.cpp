@@ -135,7 +135,7 @@ TEST(Knobs, BadValuesNameTheKnobAndTheValue) {
       {"HORA_FUSION_THRESHOLD", "lots"}, {"HORA_CYCLE_TIME_MS", "-1"},
       {"HORA_CACHE_CAPACITY", "1.5"},    {"HORA_LOG_LEVEL", "loud"},
       {"HORA_BOOTSTRAP", "magic"},       {"HORA_TIMEOUT_S", "0"},
-      {"HORA_CPU_BACKEND", "ucx"},       {"HORA_CYCLE_TIME_MS", "nan"},
+      {"HORA_CPU_BACKEND", "tcp"},       {"HORA_CYCLE_TIME_MS", "nan"},
       {"HORA_THREAD_AFFINITY", "on"},    {"HORA_THREAD_AFFINITY", "0,,1"},
       {"HORA_THREAD_AFFINITY", "1,"},    {"HORA_THREAD_AFFINITY", "-1"},
       {"HORA_THREAD_AFFINITY", ""},      {"HORA_SHM", "staged"},
