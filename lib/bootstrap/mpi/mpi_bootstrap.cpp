@@ -202,6 +202,22 @@ class MpiPresence final : public Presence {
     return latest_;
   }
 
+  // Collective over the group, once nobody publishes any more, before the communicator is freed:
+  // consumes every line still on its way. A line that arrived after its receiver freed the
+  // communicator would wait in Open MPI for a communicator of the same context id, and one made
+  // later for a smaller group (a process set) would take it from a rank it does not have, which
+  // crashes ob1 (mca_pml_ob1_add_comm). One byte from every rank to every other, on the same
+  // communicator, arrives after that rank's last line (MPI does not let messages of one sender on
+  // one communicator overtake each other); after it, drain() finds every line.
+  void quiesce() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (mpiPlaneIsBroken()) return;
+    MPI_Waitall(size_, sends_.data(), MPI_STATUSES_IGNORE);
+    std::vector<char> out(static_cast<size_t>(size_)), in(static_cast<size_t>(size_));
+    if (MPI_Alltoall(out.data(), 1, MPI_CHAR, in.data(), 1, MPI_CHAR, comm_) != MPI_SUCCESS) return;
+    drain();
+  }
+
  private:
   void drain() {
     for (;;) {
@@ -241,8 +257,9 @@ class MpiCommGroup final : public MpiGroup {
     if (presence) presence_ = std::make_unique<MpiPresence>(presenceComm_);
   }
   ~MpiCommGroup() override {
-    presence_.reset();
     // Freeing is collective in effect; skip it when a peer may never take part.
+    if (presence_ && !poisoned_ && !mpiPlaneIsBroken()) presence_->quiesce();
+    presence_.reset();
     if (!poisoned_ && !mpiPlaneIsBroken()) {
       MPI_Comm_free(&control_);
       MPI_Comm_free(&data_);
