@@ -52,6 +52,9 @@ def one_run(args, launcher, tmp):
         large = ["-b", "64M", "-e", "256M", "-f", "4", "-w", "2", "-n", "3", "--trials", "3"]
         steps = ["--steps", "10", "--warmup", "2", "--latency", "1000"]
     figures = {}
+    small = small + ["--planes", "mpi"]  # the targets are hora on MPI against raw MPI
+    large = large + ["--planes", "mpi"]
+    steps = steps + ["--planes", "mpi"]
     small_rows = rows_by_size(run_json(launcher + [bench] + small + ["--gloo", "0", "--memcpy", "0",
                                                                     "--json", out], out))
     for size, row in sorted(small_rows.items()):

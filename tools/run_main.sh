@@ -45,15 +45,23 @@ if [ -x "$builddir/bench/hora-bench" ]; then
   echo "== hora-bench: allreduce float32 sum, 2 ranks, against raw MPI, Gloo and memcpy"
   # -n 10: a 256 MiB raw MPI_Allreduce takes most of a second here. -w 20: small ops need a
   # warm engine (hora warms at least 2 x -n ops anyway: a name's second op is the cached path).
-  mpirun "${HORA_MPIRUN_BENCH_ARGS[@]}" -np 2 "$builddir/bench/hora-bench" \
+  mpirun "${HORA_MPIRUN_BENCH_ARGS[@]}" -np 2 "$builddir/bench/hora-bench" --planes mpi \
     -b 4K -e 256M -f 4 -w 20 -n 10 -d float -o sum --plot "$builddir/bench/allreduce.png"
+  # Across hosts: 2 network-namespace hosts x 2 ranks on this machine (tools/hora-cluster, root
+  # only), env:// ranks, hora on UCX and on Gloo against raw Gloo, blocking ops.
+  if tools/hora-cluster --check >/dev/null 2>&1; then
+    echo
+    echo "== hora-bench across 2 hosts x 2 ranks (network namespaces): hora on UCX and Gloo, raw Gloo"
+    tools/hora-cluster --hosts 2 -R 2 "$builddir/bench/hora-bench" --planes ucx,gloo --blocking 1 \
+      -b 4 -e 16M -f 16 -w 3 -n 10 --memcpy 0 2>&1 | grep '^\[0\]' | cut -c5-
+  fi
   echo
   echo "== hora-grads: gradient steps of ResNet-50 and ViT-B/16 (3 timed per variant), 2 ranks"
   # The workloads sit next to the checkout (../shared/data); HORA_GRADS_DATA overrides.
   data=${HORA_GRADS_DATA:-$(cd .. && pwd)/shared/data}
   if [ -f "$data/resnet50_grads.txt" ] && [ -f "$data/vit_b_16_grads.txt" ]; then
     # Few steps: ViT-B/16's 346 MB through one raw MPI_Allreduce takes a second or two here.
-    mpirun "${HORA_MPIRUN_BENCH_ARGS[@]}" -np 2 "$builddir/bench/hora-grads" --steps 3 --warmup 1 \
+    mpirun "${HORA_MPIRUN_BENCH_ARGS[@]}" -np 2 "$builddir/bench/hora-grads" --planes mpi --steps 3 --warmup 1 \
       --model "$data/resnet50_grads.txt" --model "$data/vit_b_16_grads.txt"
   else
     echo "skipped: no resnet50_grads.txt and vit_b_16_grads.txt in $data (set HORA_GRADS_DATA)"

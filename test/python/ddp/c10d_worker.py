@@ -265,19 +265,31 @@ def check_async(rank, size):
     # there are names: neither may wait for the other. Ops are named by call order, so the
     # callback's op must come after the 12 on every rank: it waits until they are queued (their
     # calls return at once), else a fast completion on a late rank would call it in between.
+    # An op that has already completed when then() is called (a world of one, a fast rank) has
+    # its callback run by torch at once, in this thread: that callback cannot wait for this
+    # thread, and submits its op after the 12 from here instead.
     inner = []
     queued = threading.Event()
+    ran_inline = []
 
-    def submit_from_callback(fut):
-        assert queued.wait(60), "the 12 all_reduce calls did not return"
+    def submit_inner():
         t = contribution(rank, (7,))
         inner.append((t, dist.all_reduce(t, async_op=True)))
+
+    def submit_from_callback(fut):
+        if threading.current_thread() is threading.main_thread():
+            ran_inline.append(True)
+            return fut.value()
+        assert queued.wait(60), "the 12 all_reduce calls did not return"
+        submit_inner()
         return fut.value()
 
     chained = dist.all_reduce(torch.ones(3), async_op=True).get_future().then(
         submit_from_callback)
     works = [dist.all_reduce(torch.ones(5), async_op=True) for _ in range(12)]
     queued.set()
+    if ran_inline:
+        submit_inner()
     chained.wait()
     for w in works:
         w.wait()
