@@ -193,6 +193,7 @@ void UcxComm::exchangeAddresses(Group &group) {
     if (r == rank_) hostIndex_ = static_cast<int>(h);
   }
 
+  failed_.assign(static_cast<size_t>(size_), UCS_OK);
   eps_.assign(static_cast<size_t>(size_), nullptr);
   errArgs_.reserve(static_cast<size_t>(size_));
   for (int r = 0; r < size_; ++r) errArgs_.emplace_back(this, r);
@@ -222,7 +223,7 @@ void UcxComm::closeEndpoints() {
     if (eps_[r] == nullptr) continue;
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = failedPeer_ >= 0 ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    p.flags = failed_[r] != UCS_OK ? UCP_EP_CLOSE_FLAG_FORCE : 0;
     void *req = ucp_ep_close_nbx(eps_[r], &p);
     if (UCS_PTR_IS_PTR(req)) closing.push_back(req);
     eps_[r] = nullptr;
@@ -242,10 +243,7 @@ void UcxComm::closeEndpoints() {
 }
 
 void UcxComm::peerFailed(int peer, ucs_status_t status) {
-  if (failedPeer_ < 0) {
-    failedPeer_ = peer;
-    failure_ = status;
-  }
+  if (failed_[static_cast<size_t>(peer)] == UCS_OK) failed_[static_cast<size_t>(peer)] = status;
 }
 
 bool UcxComm::armForNextCycle() {
@@ -263,25 +261,29 @@ uint64_t UcxComm::tagFrom(int peer, uint32_t seq) const {
 }
 uint64_t UcxComm::tagTo(uint32_t seq) const { return tagFrom(rank_, seq); }
 
-void UcxComm::checkPeers(const char *what) {
+template <typename Involved>
+void UcxComm::checkPeers(const char *what, Involved involved) {
+  // Only the peers this wait depends on: a peer that has finished its part and left (the end of
+  // a job) is no failure of a wait for another.
   // Peers on this host: by pid, at most every 100 ms (a wait wakes for every message).
   const Clock::time_point now = Clock::now();
   const bool due = now - lastPidCheck_ >= std::chrono::milliseconds(100);
   if (due) lastPidCheck_ = now;
-  for (int r = 0; due && r < size_ && failedPeer_ < 0; ++r) {
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_ || !involved(r)) continue;
     const pid_t pid = pids_[static_cast<size_t>(r)];
-    if (r != rank_ && sameHost_[static_cast<size_t>(r)] && kill(pid, 0) != 0 && errno == ESRCH) {
+    if (due && sameHost_[static_cast<size_t>(r)] && kill(pid, 0) != 0 && errno == ESRCH) {
       peerFailed(r, UCS_ERR_CONNECTION_RESET);
     }
-  }
-  if (failedPeer_ >= 0) {
-    HORA_THROW(HORA_ERR_PEER_LOST, what, ": rank ", rank_, " lost its connection to rank ",
-               failedPeer_, " (UCX: ", ucs_status_string(failure_), ")");
+    if (failed_[static_cast<size_t>(r)] != UCS_OK) {
+      HORA_THROW(HORA_ERR_PEER_LOST, what, ": rank ", rank_, " lost its connection to rank ", r,
+                 " (UCX: ", ucs_status_string(failed_[static_cast<size_t>(r)]), ")");
+    }
   }
 }
 
-template <typename Done>
-void UcxComm::progressUntil(Done done, const char *what, int peer) {
+template <typename Done, typename Involved>
+void UcxComm::progressUntil(Done done, const char *what, Involved involved) {
   if (done()) return;
   const Clock::time_point start = Clock::now();
   const Clock::time_point spinEnd = start + spin_;
@@ -289,21 +291,25 @@ void UcxComm::progressUntil(Done done, const char *what, int peer) {
     if (ucp_worker_progress(worker_) == 0) sched_yield();  // a peer may need this core
     if (done()) return;
   }
-  checkPeers(what);
+  checkPeers(what, involved);
   const Clock::time_point deadline =
       start + std::chrono::nanoseconds(static_cast<int64_t>(timeoutS_ * 1e9));
   for (;;) {
     while (ucp_worker_progress(worker_) != 0) {
     }
     if (done()) return;
-    checkPeers(what);
+    checkPeers(what, involved);
     const ucs_status_t armed = ucp_worker_arm(worker_);
     if (armed == UCS_ERR_BUSY) continue;  // events arrived meanwhile: progress again
     check(armed, "arming the worker's event descriptor");
     const Clock::time_point now = Clock::now();
     if (now >= deadline) {
+      std::string who;
+      for (int r = 0; r < size_; ++r) {
+        if (r != rank_ && involved(r)) who += (who.empty() ? "" : ",") + std::to_string(r);
+      }
       HORA_THROW(HORA_ERR_TIMEOUT, what, ": rank ", rank_, " waited ", timeoutS_,
-                 " s (HORA_TIMEOUT_S) for rank ", peer);
+                 " s (HORA_TIMEOUT_S) for rank ", who.empty() ? "?" : who);
     }
     // Wake at least every 100 ms: UCX reports a failed endpoint from progress.
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count();
@@ -332,7 +338,7 @@ size_t UcxComm::Batch::send(int peer, uint32_t seq, const void *buf, size_t byte
   p.datatype = ucp_dt_make_contig(1);
   void *req = ucp_tag_send_nbx(comm_.eps_[static_cast<size_t>(peer)], buf, bytes, comm_.tagTo(seq), &p);
   if (UCS_PTR_IS_ERR(req)) {
-    comm_.checkPeers("send");
+    comm_.checkPeers("send", [peer](int r) { return r == peer; });
     HORA_THROW(HORA_ERR_BACKEND, "UCX: rank ", comm_.rank_, " sending ", bytes, " bytes to rank ", peer,
                ": ", ucs_status_string(UCS_PTR_STATUS(req)));
   }
@@ -368,7 +374,7 @@ bool UcxComm::Batch::complete(Op &op) {
   ucp_request_free(op.request);
   op.request = nullptr;
   if (status != UCS_OK) {
-    comm_.checkPeers(op.isRecv ? "receive" : "send");
+    comm_.checkPeers(op.isRecv ? "receive" : "send", [&op](int r) { return r == op.peer; });
     HORA_THROW(status == UCS_ERR_MESSAGE_TRUNCATED ? HORA_ERR_INTERNAL : HORA_ERR_PEER_LOST, "UCX: rank ",
                comm_.rank_, op.isRecv ? " receiving from rank " : " sending to rank ", op.peer, ": ",
                ucs_status_string(status));
@@ -382,7 +388,7 @@ bool UcxComm::Batch::complete(Op &op) {
 
 void UcxComm::Batch::waitOne(size_t index) {
   Op &op = ops_[index];
-  comm_.progressUntil([&] { return complete(op); }, "collective", op.peer);
+  comm_.progressUntil([&] { return complete(op); }, "collective", [&op](int r) { return r == op.peer; });
 }
 
 void UcxComm::Batch::waitAll() {
@@ -392,7 +398,13 @@ void UcxComm::Batch::waitAll() {
         while (next < ops_.size() && complete(ops_[next])) ++next;
         return next == ops_.size();
       },
-      "collective", next < ops_.size() ? ops_[next].peer : -1);
+      "collective",
+      [&](int r) {
+        for (size_t i = next; i < ops_.size(); ++i) {
+          if (ops_[i].request != nullptr && ops_[i].peer == r) return true;
+        }
+        return false;
+      });
   ops_.clear();
 }
 
@@ -404,7 +416,7 @@ std::string UcxComm::recvAny(int peer, uint32_t seq) {
         message = ucp_tag_probe_nb(worker_, tagFrom(peer, seq), ~0ull, 1, &info);
         return message != nullptr;
       },
-      "negotiation (waiting for every rank to start the same cycle)", peer);
+      "negotiation (waiting for every rank to start the same cycle)", [peer](int r) { return r == peer; });
   std::string out(info.length, '\0');
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;  // the probe gave the length
@@ -412,7 +424,8 @@ std::string UcxComm::recvAny(int peer, uint32_t seq) {
   void *req = ucp_tag_msg_recv_nbx(worker_, out.data(), out.size(), message, &p);
   if (UCS_PTR_IS_ERR(req)) throwUcx("receiving a probed message", UCS_PTR_STATUS(req));
   if (req != nullptr) {
-    progressUntil([&] { return ucp_request_check_status(req) != UCS_INPROGRESS; }, "negotiation", peer);
+    progressUntil([&] { return ucp_request_check_status(req) != UCS_INPROGRESS; }, "negotiation",
+                  [peer](int r) { return r == peer; });
     const ucs_status_t s = ucp_request_check_status(req);
     ucp_request_free(req);
     check(s, "receiving a probed message");

@@ -101,9 +101,11 @@ class UcxComm {
   uint64_t tagTo(uint32_t seq) const;
   // Drives the worker until done() is true: a short poll, then sleeps on the event fd. Throws on
   // the deadline or a failed peer; `what` and `peer` name the wait in the message.
-  template <typename Done>
-  void progressUntil(Done done, const char *what, int peer);
-  void checkPeers(const char *what);
+  // Throws for a failed peer among those involved(rank) names.
+  template <typename Done, typename Involved>
+  void progressUntil(Done done, const char *what, Involved involved);
+  template <typename Involved>
+  void checkPeers(const char *what, Involved involved);
   void startWorker();
   void exchangeAddresses(Group &group);
   void closeEndpoints();
@@ -122,8 +124,7 @@ class UcxComm {
   std::vector<std::vector<int>> hosts_;
   int hostIndex_ = 0;   // by peer rank: shares this host (UCX may use shared memory)           // by peer rank; nullptr for this rank
   std::vector<std::pair<UcxComm *, int>> errArgs_;  // what each endpoint's error handler gets
-  int failedPeer_ = -1;
-  ucs_status_t failure_ = UCS_OK;
+  std::vector<ucs_status_t> failed_;  // by peer rank: UCS_OK, or what UCX reported
   std::chrono::nanoseconds spin_;
   std::chrono::steady_clock::time_point lastPidCheck_{};
   std::mutex mutex_;
