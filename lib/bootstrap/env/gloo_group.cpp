@@ -10,6 +10,7 @@
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
 #include <dirent.h>
+#include <poll.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -17,11 +18,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
 
 #include "base/logging.h"
@@ -336,24 +339,21 @@ void throwGlooError(const char *what, int rank, const std::exception &e, const c
 
 namespace {
 
-// Every message of the mesh goes to the one recv buffer its pair has registered: matching is by
-// order, so a single slot serves every collective.
-constexpr int kMeshSlot = 0x686f7261;
-// A control message whose sender alone knows its length travels as [u64 length][first bytes]
-// in one message of at most kBlobInline bytes; the rest, if any, follows in a second.
-constexpr size_t kBlobInline = 4096;
+// After setup the mesh owns each pair's socket: messages are raw bytes matched by order (the
+// lengths are known to both sides), and a control message whose length only the sender knows
+// travels as [u64 length][bytes].
 
 // Recursive doubling sends the whole buffer log2(size) times but takes log2(size) rounds; the
-// ring sends 2(size-1)/size of it in 2(size-1) rounds. Measured on 2 local ranks, the one
-// exchange of recursive doubling wins up to 1 MiB (docs/gloo-speed.md);
-// HORA_TEST_GLOO_DOUBLING_BYTES overrides the limit for such measurements.
-size_t doublingLimit(int size) {
+// ring sends 2(size-1)/size of it in 2(size-1) rounds and reduces only its share. Measured on 2
+// local ranks with full-duplex transfers, the ring wins from about 64 KiB up
+// (docs/gloo-speed.md); HORA_TEST_GLOO_DOUBLING_BYTES overrides the limit for such measurements.
+size_t doublingLimit() {
   static const long long forced = [] {
     const char *v = std::getenv("HORA_TEST_GLOO_DOUBLING_BYTES");
     return v ? std::atoll(v) : -1LL;
   }();
   if (forced >= 0) return static_cast<size_t>(forced);
-  return size == 2 ? (size_t{1} << 20) : (size_t{64} << 10);
+  return size_t{64} << 10;
 }
 
 // Each pair's socket, found by its local address (every pair has a port of its own): Gloo does
@@ -394,12 +394,33 @@ GlooMesh::GlooMesh(std::shared_ptr<gloo::Context> context)
       rank_(context_->rank),
       size_(context_->size) {
   if (const char *v = std::getenv("HORA_TEST_GLOO_CHUNK_BYTES"); v && std::atoll(v) > 0) {
-    chunkBytes_ = static_cast<size_t>(std::atoll(v)) / 8 * 8;  // whole elements of any dtype
+    chunkBytes_ = std::max<size_t>(16, static_cast<size_t>(std::atoll(v)) / 16 * 16);
   }
+  const auto timeout = context_->getTimeout();
+  timeoutMs_ = timeout == gloo::kNoTimeout ? -1 : static_cast<int64_t>(timeout.count());
   for (int peer = 0; peer < size_; ++peer) {
     if (peer != rank_) context_->getPair(peer)->setSync(/*sync=*/true, /*busyPoll=*/false);
   }
   sockets_ = pairSockets(*context_);
+  peerNames_.assign(static_cast<size_t>(size_), std::string());
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    const int fd = sockets_[static_cast<size_t>(peer)];
+    if (fd < 0) {
+      throw std::runtime_error(detail::concat("no socket found for the gloo pair to rank ", peer));
+    }
+    sockaddr_storage addr{};
+    socklen_t length = sizeof addr;
+    peerNames_[static_cast<size_t>(peer)] =
+        getpeername(fd, reinterpret_cast<sockaddr *>(&addr), &length) == 0
+            ? gloo::transport::tcp::Address(addr).str()
+            : "";
+    // Gloo sized the send buffer for the small messages of the setup (which also turned the
+    // kernel's autotuning off): give a large transfer room to stream. The kernel clamps it to
+    // net.core.wmem_max.
+    const int sendBuffer = 4 << 20;
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sendBuffer, sizeof sendBuffer);
+  }
 }
 
 uint8_t *GlooMesh::scratch(size_t bytes) {
@@ -407,32 +428,104 @@ uint8_t *GlooMesh::scratch(size_t bytes) {
   return scratch_.data();
 }
 
+void GlooMesh::fail(int peer, const char *what, int error) const {
+  const std::string &name = peerNames_[static_cast<size_t>(peer)];
+  if (error == 0) {
+    throw std::runtime_error(detail::concat("Connection closed by peer ", name, " (rank ", peer,
+                                            ") while ", what));
+  }
+  throw std::runtime_error(
+      detail::concat(what, " rank ", peer, " ", name, ": ", std::strerror(error),
+                     error == EPIPE || error == ECONNRESET ? " (connection reset)" : ""));
+}
+
+size_t GlooMesh::sendSome(int to, const uint8_t *data, size_t bytes) {
+  const ssize_t n = ::send(sockets_[static_cast<size_t>(to)], data, std::min(slice(), bytes),
+                           MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (n > 0) return static_cast<size_t>(n);
+  if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) fail(to, "writing to", errno);
+  return 0;
+}
+
+size_t GlooMesh::recvSome(int from, uint8_t *data, size_t bytes) {
+  const ssize_t n =
+      ::recv(sockets_[static_cast<size_t>(from)], data, std::min(slice(), bytes), MSG_DONTWAIT);
+  if (n > 0) return static_cast<size_t>(n);
+  if (n == 0) fail(from, "reading", 0);
+  if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) fail(from, "reading from", errno);
+  return 0;
+}
+
+void GlooMesh::await(int to, int from, Deadline &deadline) {
+  pollfd fds[2];
+  nfds_t count = 0;
+  if (to >= 0) fds[count++] = {sockets_[static_cast<size_t>(to)], POLLOUT, 0};
+  if (from >= 0) {
+    const int fd = sockets_[static_cast<size_t>(from)];
+    // The messages of a collective alternate in both directions, which puts Linux's TCP in its
+    // interactive mode: it delays ACKs to ride on the next reply, and a sender that needs them
+    // (more in flight than the window it was given) waits for the 40 ms delayed-ACK timer or a
+    // tail-loss probe. Quick ACKs for what is read next avoid that.
+    const int on = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &on, sizeof on);
+    if (count == 1 && fds[0].fd == fd) {
+      fds[0].events |= POLLIN;
+    } else {
+      fds[count++] = {fd, POLLIN, 0};
+    }
+  }
+  int waitMs = -1;
+  if (timeoutMs_ >= 0) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          deadline.at - std::chrono::steady_clock::now())
+                          .count();
+    if (left <= 0) {
+      const int peer = from >= 0 ? from : to;
+      throw std::runtime_error(detail::concat("Timed out after ", timeoutMs_,
+                                              " ms waiting for rank ", peer, " ",
+                                              peerNames_[static_cast<size_t>(peer)]));
+    }
+    waitMs = static_cast<int>(std::min<int64_t>(left + 1, 1 << 30));
+  }
+  if (poll(fds, count, waitMs) < 0 && errno != EINTR) {
+    throw std::runtime_error(detail::concat("poll: ", std::strerror(errno)));
+  }
+}
+
+void GlooMesh::Deadline::progressed() {
+  if (patience.count() >= 0) at = std::chrono::steady_clock::now() + patience;
+}
+
 void GlooMesh::exchange(int to, const void *send, size_t sendBytes, int from, void *recv,
                         size_t recvBytes, const std::function<void(size_t, size_t)> &onChunk) {
   if (to < 0) sendBytes = 0;
   if (from < 0) recvBytes = 0;
-  std::unique_ptr<gloo::transport::Buffer> out, in;
-  if (sendBytes > 0) {
-    out = context_->getPair(to)->createSendBuffer(kMeshSlot, const_cast<void *>(send), sendBytes);
-  }
-  if (recvBytes > 0) in = context_->getPair(from)->createRecvBuffer(kMeshSlot, recv, recvBytes);
-  const size_t total = std::max(sendBytes, recvBytes);
-  for (size_t at = 0; at < total; at += chunkBytes_) {
-    if (at < sendBytes) {
-      out->send(at, std::min(chunkBytes_, sendBytes - at), at);
-      out->waitSend();
+  if (sendBytes == 0 && recvBytes == 0) return;
+  const auto *src = static_cast<const uint8_t *>(send);
+  auto *dst = static_cast<uint8_t *>(recv);
+  size_t sent = 0, got = 0, reduced = 0;
+  Deadline deadline(timeoutMs_);
+  while (sent < sendBytes || got < recvBytes) {
+    size_t moved = 0;
+    if (sent < sendBytes) {
+      const size_t n = sendSome(to, src + sent, sendBytes - sent);
+      sent += n;
+      moved += n;
     }
-    if (at < recvBytes) {
-      // The messages of a collective alternate in both directions, which puts Linux's TCP in
-      // its interactive mode: it delays ACKs to ride on the next reply, and a sender that needs
-      // them (a message larger than the window it was given) waits for the 40 ms delayed-ACK
-      // timer or a tail-loss probe. Quick ACKs for what this read takes in avoid that.
-      if (const int fd = sockets_[static_cast<size_t>(from)]; fd >= 0) {
-        const int on = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &on, sizeof on);
+    if (got < recvBytes) {
+      const size_t n = recvSome(from, dst + got, recvBytes - got);
+      got += n;
+      moved += n;
+      while (onChunk && (got - reduced >= chunkBytes_ || (got == recvBytes && reduced < got))) {
+        const size_t length = std::min(chunkBytes_, got - reduced);
+        onChunk(reduced, length);
+        reduced += length;
       }
-      in->waitRecv();
-      if (onChunk) onChunk(at, std::min(chunkBytes_, recvBytes - at));
+    }
+    if (moved > 0) {
+      deadline.progressed();
+    } else {
+      await(sent < sendBytes ? to : -1, got < recvBytes ? from : -1, deadline);
     }
   }
 }
@@ -440,7 +533,7 @@ void GlooMesh::exchange(int to, const void *send, size_t sendBytes, int from, vo
 void GlooMesh::allreduce(void *buf, size_t count, size_t elementSize, const Reduce &reduce) {
   if (size_ == 1 || count == 0) return;
   const size_t bytes = count * elementSize;
-  if (bytes <= doublingLimit(size_) || count < static_cast<size_t>(size_)) {
+  if (bytes <= doublingLimit() || count < static_cast<size_t>(size_)) {
     recursiveDoubling(buf, bytes, elementSize, reduce);
   } else {
     ring(buf, count, elementSize, reduce);
@@ -496,7 +589,11 @@ void GlooMesh::recursiveDoubling(void *buf, size_t bytes, size_t elementSize, co
 
 // Reduce-scatter then allgather around the ring, size blocks of whole elements. Each block is
 // reduced along one fixed chain of ranks, then copied to everyone: the same bits everywhere.
-// Each received chunk is reduced while the next one is on the wire.
+//
+// The 2(size-1) steps run as one stream each way: step k sends the block that step k-1 received
+// (reduced, during the reduce-scatter), so its bytes go out as soon as they have been reduced or
+// received, without waiting for the step to end on either side. Receiving never waits for
+// anything, so the stream cannot deadlock.
 void GlooMesh::ring(void *buf, size_t count, size_t elementSize, const Reduce &reduce) {
   auto *data = static_cast<uint8_t *>(buf);
   const auto n = static_cast<size_t>(size_);
@@ -506,19 +603,68 @@ void GlooMesh::ring(void *buf, size_t count, size_t elementSize, const Reduce &r
   }
   auto block = [&](int b) { return static_cast<size_t>((b % size_ + size_) % size_); };
   const int right = (rank_ + 1) % size_, left = (rank_ + size_ - 1) % size_;
-  uint8_t *theirs = scratch(offset[1] - offset[0]);
-  for (int step = 0; step + 1 < size_; ++step) {
-    const size_t out = block(rank_ - step), in = block(rank_ - step - 1);
-    uint8_t *mine = data + offset[in];
-    exchange(right, data + offset[out], offset[out + 1] - offset[out], left, theirs,
-             offset[in + 1] - offset[in], [&](size_t at, size_t length) {
-               reduce(mine + at, theirs + at, length / elementSize);
-             });
-  }
-  for (int step = 0; step + 1 < size_; ++step) {
-    const size_t out = block(rank_ + 1 - step), in = block(rank_ - step);
-    exchange(right, data + offset[out], offset[out + 1] - offset[out], left, data + offset[in],
-             offset[in + 1] - offset[in]);
+  const int scatterSteps = size_ - 1, steps = 2 * (size_ - 1);
+  auto outBlock = [&](int k) {
+    return k < scatterSteps ? block(rank_ - k) : block(rank_ + 1 - (k - scatterSteps));
+  };
+  auto inBlock = [&](int k) {
+    return k < scatterSteps ? block(rank_ - k - 1) : block(rank_ - (k - scatterSteps));
+  };
+  auto length = [&](size_t b) { return offset[b + 1] - offset[b]; };
+  uint8_t *theirs = scratch(offset[1] - offset[0]);  // block 0 is the largest
+  int sendStep = 0, recvStep = 0;
+  size_t sent = 0;            // bytes of step sendStep's block gone out
+  size_t got = 0, done = 0;   // bytes of step recvStep's block received, and reduced (or final)
+  Deadline deadline(timeoutMs_);
+  while (sendStep < steps || recvStep < steps) {
+    size_t moved = 0;
+    size_t ready = 0;  // how much of the current send block may go out
+    if (sendStep < steps) {
+      const size_t total = length(outBlock(sendStep));
+      ready = sendStep == 0 || sendStep - 1 < recvStep ? total : done;
+      // While the block is still being reduced, send whole slices only: fewer, larger writes.
+      if (ready < total) ready = sent + (ready - sent) / slice() * slice();
+      if (sent < ready) {
+        const size_t n = sendSome(right, data + offset[outBlock(sendStep)] + sent, ready - sent);
+        sent += n;
+        moved += n;
+      }
+      if (sent == total) {
+        ++sendStep;
+        sent = 0;
+        continue;
+      }
+    }
+    if (recvStep < steps) {
+      const size_t in = inBlock(recvStep), total = length(in);
+      uint8_t *mine = data + offset[in];
+      const bool reducing = recvStep < scatterSteps;
+      if (got < total) {
+        const size_t n = recvSome(left, (reducing ? theirs : mine) + got, total - got);
+        got += n;
+        moved += n;
+      }
+      if (reducing) {
+        while (got - done >= chunkBytes_ || (got == total && done < got)) {
+          const size_t chunk = std::min(chunkBytes_, got - done);
+          reduce(mine + done, theirs + done, chunk / elementSize);
+          done += chunk;
+        }
+      } else {
+        done = got;
+      }
+      if (done == total) {
+        ++recvStep;
+        got = done = 0;
+        continue;
+      }
+    }
+    if (moved > 0) {
+      deadline.progressed();
+    } else {
+      const bool canSend = sendStep < steps && sent < ready;
+      await(canSend ? right : -1, recvStep < steps ? left : -1, deadline);
+    }
   }
 }
 
@@ -574,28 +720,17 @@ void GlooMesh::alltoallv(const void *in, const std::vector<size_t> &sendBytes, v
 
 void GlooMesh::sendBlob(int to, const std::string &blob) {
   const uint64_t length = blob.size();
-  const size_t inline_ = std::min<size_t>(blob.size(), kBlobInline - sizeof length);
-  uint8_t *head = scratch(sizeof length + inline_);
-  std::memcpy(head, &length, sizeof length);
-  std::memcpy(head + sizeof length, blob.data(), inline_);
-  exchange(to, head, sizeof length + inline_, -1, nullptr, 0);
-  if (inline_ < blob.size()) {
-    exchange(to, blob.data() + inline_, blob.size() - inline_, -1, nullptr, 0);
-  }
+  uint8_t *message = scratch(sizeof length + blob.size());
+  std::memcpy(message, &length, sizeof length);
+  std::memcpy(message + sizeof length, blob.data(), blob.size());
+  exchange(to, message, sizeof length + blob.size(), -1, nullptr, 0);
 }
 
 std::string GlooMesh::recvBlob(int from) {
-  uint8_t *head = scratch(kBlobInline);
-  // The message may be shorter than the buffer: Gloo reads what the preamble announces.
-  exchange(-1, nullptr, 0, from, head, kBlobInline);
   uint64_t length = 0;
-  std::memcpy(&length, head, sizeof length);
-  const size_t inline_ = std::min<size_t>(length, kBlobInline - sizeof length);
-  std::string blob(reinterpret_cast<const char *>(head + sizeof length), inline_);
-  if (inline_ < length) {
-    blob.resize(length);
-    exchange(-1, nullptr, 0, from, &blob[inline_], length - inline_);
-  }
+  exchange(-1, nullptr, 0, from, &length, sizeof length);
+  std::string blob(length, '\0');
+  exchange(-1, nullptr, 0, from, blob.data(), blob.size());
   return blob;
 }
 

@@ -5,6 +5,7 @@
 
 #include <gloo/context.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -19,28 +20,29 @@ namespace hora {
 
 // Hora's collectives over a Gloo context's TCP pairs, driven by the calling thread alone.
 //
-// Every pair is in Gloo's synchronous mode: the caller writes and reads its sockets itself with
-// blocking calls, and Gloo's device thread never touches them. In the asynchronous mode that
-// gloo::allreduce and friends need, that thread reads each message and wakes the caller; when
-// it finds the pair's lock held by the caller it returns to a level-triggered epoll_wait at
-// once, and where both threads share one CPU (a launcher that binds each rank to a core, hora's
-// own engine-thread binding, or just a busy 2-core host) it spins there until the scheduler's
-// next tick preempts it: 4 ms a message at 250 Hz (docs/gloo-speed.md). Here a message costs one
-// write and one wake-up of the thread that waits for it.
+// After setup (rendezvous, job token, address cards: Gloo's own collectives) every pair is put
+// in Gloo's synchronous mode, which takes its socket out of Gloo's device thread, and from then
+// on the mesh reads and writes the sockets itself, non-blocking under poll(): a transfer sends
+// and receives at once, as fast as the kernel takes the bytes, and reduces what has arrived
+// while the rest is on the wire. In the asynchronous mode that gloo::allreduce and friends
+// need, the device thread reads each message and wakes the caller; when it finds the pair's
+// lock held by the caller it returns to a level-triggered epoll_wait at once, and where both
+// threads share one CPU (a launcher that binds each rank to a core, hora's own engine-thread
+// binding, or just a busy 2-core host) it spins there until the scheduler's next tick preempts
+// it: 4 ms a message at 250 Hz (docs/gloo-speed.md). Here a message costs one write and one
+// wake-up of the thread that waits for it.
 //
-// Messages on a pair are matched by order, so every rank must issue the same collectives in the
-// same order, from one thread at a time (the set engine's cycle lock). Large transfers go in
-// chunks of 64 KiB (HORA_TEST_GLOO_CHUNK_BYTES to try others), each side writing one chunk
-// before reading the next, so that no more than two chunks are ever unread on a socket and
-// neither side's blocking write can wait for the other's (which would deadlock). A chunk larger
-// than the receiver's TCP window stalls on delayed ACKs (docs/gloo-speed.md).
+// Messages on a pair are raw bytes matched by order (both sides know each length), so every
+// rank must issue the same collectives in the same order, from one thread at a time (the set
+// engine's cycle lock). Received data is reduced in chunks of 64 KiB
+// (HORA_TEST_GLOO_CHUNK_BYTES to try others).
 class GlooMesh {
  public:
   // Combines `count` elements: dst[i] = dst[i] op src[i]. Must be commutative.
   using Reduce = std::function<void(void *dst, const void *src, size_t count)>;
 
-  // Switches every pair of `context` to synchronous mode (for good: Gloo's own collectives can
-  // no longer run on this context).
+  // Switches every pair of `context` to synchronous mode and takes its socket (for good: Gloo's
+  // own collectives can no longer run on this context).
   explicit GlooMesh(std::shared_ptr<gloo::Context> context);
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -60,10 +62,30 @@ class GlooMesh {
   void broadcastFromRoot(std::string &blob);
 
  private:
-  // Sends `sendBytes` to `to` while receiving `recvBytes` from `from` (-1: none), chunk by
-  // chunk; onChunk(offset, length) runs as each received chunk lands.
+  // Sends `sendBytes` to `to` while receiving `recvBytes` from `from` (-1: none), both at once;
+  // onChunk(offset, length) runs as each received chunk lands. A peer that makes no progress
+  // for the context's timeout fails it ("Timed out"), a closed or reset connection too.
   void exchange(int to, const void *send, size_t sendBytes, int from, void *recv,
                 size_t recvBytes, const std::function<void(size_t, size_t)> &onChunk = nullptr);
+  // A transfer fails after timeoutMs_ without progress (never if negative).
+  struct Deadline {
+    explicit Deadline(int64_t timeoutMs)
+        : patience(timeoutMs), at(std::chrono::steady_clock::now() + patience) {}
+    void progressed();
+    std::chrono::milliseconds patience;
+    std::chrono::steady_clock::time_point at;
+  };
+  // Each call moves at most this much, so that sending, receiving and reducing take turns and
+  // neither direction idles while the other copies megabytes.
+  size_t slice() const { return 4 * chunkBytes_; }
+  // Up to `bytes` without waiting; 0 if the socket cannot take or give any now.
+  size_t sendSome(int to, const uint8_t *data, size_t bytes);
+  size_t recvSome(int from, uint8_t *data, size_t bytes);
+  // Until `to` (-1: none) can take bytes or `from` (-1: none) has some; throws past the deadline.
+  void await(int to, int from, Deadline &deadline);
+  // Throws the error of a transfer with `peer` (error 0: the peer closed the connection) in
+  // words glooCall classifies as Gloo's own.
+  [[noreturn]] void fail(int peer, const char *what, int error) const;
   void sendBlob(int to, const std::string &blob);
   std::string recvBlob(int from);
   uint8_t *scratch(size_t bytes);
@@ -74,7 +96,9 @@ class GlooMesh {
   size_t chunkBytes_;
   int rank_;
   int size_;
-  std::vector<int> sockets_;       // by peer rank: the pair's socket (-1: not found)
+  int64_t timeoutMs_;              // without progress, a transfer fails after this; -1: never
+  std::vector<int> sockets_;       // by peer rank: the pair's socket
+  std::vector<std::string> peerNames_;  // by peer rank: the socket's remote address, for errors
   std::vector<uint8_t> scratch_;  // grows to the largest staging a collective has needed
 };
 
