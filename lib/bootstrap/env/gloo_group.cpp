@@ -5,7 +5,6 @@
 #include <gloo/alltoall.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
-#include <gloo/transport/buffer.h>
 #include <gloo/transport/tcp/address.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
@@ -357,7 +356,7 @@ size_t doublingLimit() {
 }
 
 // Each pair's socket, found by its local address (every pair has a port of its own): Gloo does
-// not hand it out, and the mesh needs it for TCP_QUICKACK (see exchange).
+// not hand it out, and the mesh reads and writes it itself.
 std::vector<int> pairSockets(gloo::Context &context) {
   std::map<std::string, int> byAddress;
   if (DIR *dir = opendir("/proc/self/fd")) {
@@ -394,6 +393,7 @@ GlooMesh::GlooMesh(std::shared_ptr<gloo::Context> context)
       rank_(context_->rank),
       size_(context_->size) {
   if (const char *v = std::getenv("HORA_TEST_GLOO_CHUNK_BYTES"); v && std::atoll(v) > 0) {
+    // whole elements of any dtype
     chunkBytes_ = std::max<size_t>(16, static_cast<size_t>(std::atoll(v)) / 16 * 16);
   }
   const auto timeout = context_->getTimeout();
