@@ -5,7 +5,9 @@
 #include <poll.h>
 #include <sched.h>
 #include <stdio.h>
+#include <pthread.h>
 #include <signal.h>
+#include <sys/eventfd.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -100,6 +102,7 @@ UcxComm::UcxComm(Group &group, double timeoutS)
     if (!failed.empty()) HORA_THROW(HORA_ERR_BACKEND, failed);
     if (ok[0] == 0) HORA_THROW(HORA_ERR_BACKEND, "UCX could not start on another rank of the set");
     exchangeAddresses(group);
+    startKeeper();
   } catch (...) {
     closeEndpoints();
     if (worker_ != nullptr) ucp_worker_destroy(worker_);
@@ -132,6 +135,7 @@ void UcxComm::startWorker() {
 }
 
 UcxComm::~UcxComm() {
+  stopKeeper();
   closeEndpoints();
   ucp_worker_destroy(worker_);
   ucp_cleanup(context_);
@@ -214,6 +218,44 @@ void UcxComm::exchangeAddresses(Group &group) {
                  ucs_status_string(s));
     }
   }
+}
+
+// UCX finishes a protocol only while both sides progress: a rendezvous send completes when the
+// receiver has fetched the data and acknowledged it, and a rank whose collective is over may have
+// that acknowledgement still queued. An idle rank (no collective, its engine waiting for work)
+// would leave the sender waiting forever. The keeper progresses the worker whenever it has
+// events and no collective holds it, and sleeps on its event descriptor otherwise.
+void UcxComm::startKeeper() {
+  keeperStop_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (keeperStop_ < 0) HORA_THROW(HORA_ERR_BACKEND, "eventfd: ", std::strerror(errno));
+  keeper_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "hora-ucx");
+    for (;;) {
+      bool armed = false, held = false;
+      {
+        std::unique_lock<std::mutex> hold(mutex_, std::try_to_lock);
+        if (hold.owns_lock()) {
+          held = true;
+          while (ucp_worker_progress(worker_) != 0) {
+          }
+          armed = ucp_worker_arm(worker_) == UCS_OK;
+        }
+      }
+      pollfd fds[2] = {{eventFd_, POLLIN, 0}, {keeperStop_, POLLIN, 0}};
+      // A collective holds the worker (and progresses it): look again in a millisecond.
+      const int limit = !held ? 1 : armed ? 1000 : 0;
+      if (poll(armed ? fds : fds + 1, armed ? 2 : 1, limit) > 0 && (fds[1].revents & POLLIN) != 0) return;
+    }
+  });
+}
+
+void UcxComm::stopKeeper() {
+  if (!keeper_.joinable()) return;
+  const uint64_t one = 1;
+  ssize_t ignored = write(keeperStop_, &one, sizeof one);
+  (void)ignored;
+  keeper_.join();
+  close(keeperStop_);
 }
 
 void UcxComm::closeEndpoints() {

@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstdint>
 #include <mutex>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -109,6 +110,8 @@ class UcxComm {
   void startWorker();
   void exchangeAddresses(Group &group);
   void closeEndpoints();
+  void startKeeper();
+  void stopKeeper();
 
   int rank_ = 0;
   int size_ = 1;
@@ -128,6 +131,8 @@ class UcxComm {
   std::chrono::nanoseconds spin_;
   std::chrono::steady_clock::time_point lastPidCheck_{};
   std::mutex mutex_;
+  std::thread keeper_;  // progresses the worker between collectives
+  int keeperStop_ = -1;
 };
 
 // One line on UCX for hora-info: version and the transports this machine offers.
