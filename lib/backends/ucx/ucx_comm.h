@@ -107,7 +107,7 @@ class UcxComm {
   void progressUntil(Done done, const char *what, Involved involved);
   template <typename Involved>
   void checkPeers(const char *what, Involved involved);
-  void startWorker();
+  void startWorker(bool eagerOnly);
   void exchangeAddresses(Group &group);
   void closeEndpoints();
   void startKeeper();
