@@ -101,8 +101,8 @@ const std::vector<KnobSpec> kTable = {
      },
      [](const Knobs &k) { return std::to_string(k.cacheCapacity); }},
     {"HORA_CPU_BACKEND", "auto",
-     "CPU data plane: `auto` (mpi under MPI; ucx, else gloo, for worlds spanning hosts; gloo "
-     "on one host), `mpi`, `gloo` or `ucx`",
+     "CPU data plane: `auto` (ucx for worlds spanning hosts, else the launcher's: mpi under "
+     "MPI, gloo otherwise), `mpi`, `gloo` or `ucx`",
      [](const std::string &t, Knobs &k, std::string *why) {
        return parseChoice(t, {"auto", "mpi", "gloo", "ucx"}, &k.cpuBackend, why);
      },
