@@ -310,14 +310,15 @@ const std::vector<KnobAlias> kAliases = {
        return AliasUse::kBad;
      }},
     {"HOROVOD_HIERARCHICAL_ALLREDUCE", nullptr,
-     "hora has no hierarchical allreduce; a process set whose ranks are all on one host reduces "
-     "CPU tensors through shared memory (`HORA_SHM`), a set across hosts runs each allreduce as "
-     "one MPI or Gloo collective, and CUDA tensors go to NCCL, which picks its own intra- and "
-     "inter-host algorithm",
+     "no switch needed: a process set whose ranks are all on one host reduces CPU tensors "
+     "through shared memory (`HORA_SHM`); across hosts the UCX plane reduces inside each host "
+     "first and sends one share per host over the network (on MPI or Gloo each allreduce is one "
+     "collective); CUDA tensors go to NCCL, which picks its own intra- and inter-host algorithm",
      [](const std::string &t, std::string *, std::string *why) { return horovodSwitch(t, why); }},
     {"HOROVOD_HIERARCHICAL_ALLGATHER", nullptr,
-     "hora has no hierarchical allgather; allgather runs as one MPI or Gloo collective (CUDA "
-     "tensors: one NCCL collective) on one host and across hosts alike",
+     "hora has no hierarchical allgather; allgather runs as one collective of the plane (UCX: "
+     "every pair exchanges its blocks directly; CUDA tensors: one NCCL collective) on one host "
+     "and across hosts alike",
      [](const std::string &t, std::string *, std::string *why) { return horovodSwitch(t, why); }},
 };
 

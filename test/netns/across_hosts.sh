@@ -1,6 +1,6 @@
 #!/bin/sh
 # SPDX-License-Identifier: Apache-2.0
-# Runs a program on a cluster of namespace hosts: across_hosts.sh HORA_CLUSTER [hora-cluster
+# Runs a program on a cluster of namespace hosts: across_hosts.sh TOOL [hora-cluster
 # options] PROGRAM. Exits 77 (skipped) where no cluster can be built (no root, no namespaces).
 tool=$1
 shift

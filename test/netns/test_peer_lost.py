@@ -4,7 +4,7 @@ collective fails with "peer lost" (never wrong data, never a hang), a rank that 
 victim names it, and the job ends within seconds, whether the victim shares the host of rank 0
 or not.
 
-    test_peer_lost.py HORA_CLUSTER FAULT_RANK    (exits 77 where no cluster can be built)
+    test_peer_lost.py CLUSTER_TOOL FAULT_RANK    (exits 77 where no cluster can be built)
 """
 import re
 import subprocess
