@@ -1108,11 +1108,8 @@ int run(int argc, char **argv) {
   std::string mpiSkipped;
   if (cudaMode) {
     opt.mpi = opt.gloo = opt.memcpy = false;
-  } else if (!opt.mpi) {
-    mpiSkipped = "--mpi 0";
-  } else if (!underMpi()) {
-    opt.mpi = false;
-    mpiSkipped = std::string("launched by ") + launcherName() + ", not an MPI launcher";
+  } else {
+    mpiSkipped = rawMpiSkipped(&opt.mpi);
   }
 
   const std::vector<RankInfo> ranks = gatherRanks();
@@ -1217,13 +1214,7 @@ int run(int argc, char **argv) {
     Bench bench(opt, *coll, *type, *op, rank, n, capacity, gloo.get());
     bool rawDone = !anyRaw;
     for (Plane &plane : planes) {
-      if (!startPlane(plane.name, plane.timeline, &plane.skipped)) {
-        if (rank == 0) {
-          std::printf("# hora on %s: skipped: %s\n", plane.name.c_str(), plane.skipped.c_str());
-          std::fflush(stdout);
-        }
-        continue;
-      }
+      if (!startPlane(plane.name, plane.timeline, &plane.skipped)) continue;
       plane.ran = true;
       if (cudaMode && !cuda) {
         try {

@@ -506,13 +506,7 @@ int run(int argc, char **argv) {
   if (error.empty() && rank == 0 && !opt.json.empty()) error = unwritable(opt.json);
   if (usageErrorAnywhere(error, rank)) return 1;
 
-  std::string mpiSkipped, glooSkipped;
-  if (!opt.mpi) {
-    mpiSkipped = "--mpi 0";
-  } else if (!underMpi()) {
-    opt.mpi = false;
-    mpiSkipped = std::string("launched by ") + launcherName() + ", not an MPI launcher";
-  }
+  std::string mpiSkipped = rawMpiSkipped(&opt.mpi), glooSkipped;
   const std::vector<RankInfo> ranks = gatherRanks();
   std::unique_ptr<RawGloo> gloo;
   if (opt.gloo) gloo = RawGloo::connect(rank, ranks, &glooSkipped);
@@ -599,13 +593,7 @@ int run(int argc, char **argv) {
     rawDone = true;
   };
   for (Plane &plane : planes) {
-    if (!startPlane(plane.name, plane.timelineOn, &plane.skipped)) {
-      if (rank == 0) {
-        std::printf("# hora on %s: skipped: %s\n", plane.name.c_str(), plane.skipped.c_str());
-        std::fflush(stdout);
-      }
-      continue;
-    }
+    if (!startPlane(plane.name, plane.timelineOn, &plane.skipped)) continue;
     plane.ran = true;
     if (opt.latencyIters > 0) {
       float x = 1.0f;

@@ -295,7 +295,18 @@ bool startPlane(const std::string &plane, const std::string &timeline, std::stri
   if (why.empty()) return true;
   stopHora();
   *whyNot = why;
+  if (gRank == 0) {
+    std::printf("# hora on %s: skipped: %s\n", plane.c_str(), why.c_str());
+    std::fflush(stdout);
+  }
   return false;
+}
+
+std::string rawMpiSkipped(bool *mpi) {
+  if (!*mpi) return "--mpi 0";
+  if (underMpi()) return "";
+  *mpi = false;
+  return std::string("launched by ") + launcherName() + ", not an MPI launcher";
 }
 
 void stopHora() {

@@ -83,7 +83,11 @@ std::string withSuffix(const std::string &path, const std::string &suffix);
 // Every rank gets the same answer for a plane that the build or the world rules out; where the
 // ranks disagree, the harness aborts (under MPI it can tell; elsewhere the next harness call
 // starts the harness world, which fails or times out on the ranks that went on).
+// Rank 0 prints "# hora on PLANE: skipped: WHY" for a plane that cannot start.
 bool startPlane(const std::string &plane, const std::string &timeline, std::string *whyNot);
+// Why the raw MPI columns or rows do not run ("--mpi 0", or no MPI launcher), clearing *mpi for
+// the latter; "" where they run.
+std::string rawMpiSkipped(bool *mpi);
 // Stops hora if it runs (the harness world starts again when a harness call needs it).
 void stopHora();
 
