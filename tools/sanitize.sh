@@ -24,7 +24,9 @@ case "$kind" in
     ;;
   tsan)
     builddir=${HORA_TSAN_BUILDDIR:-build-tsan}
-    options=(-Db_sanitize=thread -Db_lundef=false -Doptimization=2)
+    # No UCX: its memory hooks (ucm patches mmap and friends in every loaded library when it is
+    # loaded) crash ThreadSanitizer's runtime at start, in every process that links libhora.
+    options=(-Db_sanitize=thread -Db_lundef=false -Doptimization=2 -Ducx=disabled)
     export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.supp
     ;;
   *)
