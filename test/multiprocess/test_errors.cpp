@@ -507,7 +507,9 @@ TEST(BadArguments, OverlappingAllreduceTensorsAreRefused) {
     }
   }
   // In a group: output 1 over input 0, and two outputs over each other.
-  std::vector<float> a(32), b(32), c(32);
+  // a has room for output 1 at a + 8 (32 elements): only input 0 may overlap it, whatever
+  // the heap puts after a.
+  std::vector<float> a(64), b(32), c(32);
   int64_t shape[1] = {32};
   auto t = [&](float *p) {
     return DLTensor{p, {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, shape, nullptr, 0};
