@@ -975,4 +975,31 @@ TEST(GpuUnavailable, CudaOrdinalPastTheLastGpuIsUnsupported) {
   expectCudaTensorRefused(gpus);
 }
 
+// More ranks on this host than GPUs (ranks share one): NCCL refuses a communicator with two
+// ranks on one GPU, so the first CUDA collective must fail on every rank with a status and
+// NCCL's reason, not hang or crash. The failure stops the process set (every later op on it
+// fails), so this test runs in a process of its own (meson's gpu_shared_np2, with
+// --gtest_filter=GpuShared.*), and the other runs leave it out.
+TEST(GpuShared, RanksSharingAGpuFailCleanly) {
+  const int gpus = gpuCount();
+  const bool shared = gpus > 0 && hora_cross_size() == 1 && hora_local_size() > gpus;
+  if (!onEveryRank(shared)) {
+    GTEST_SKIP() << "every rank has a GPU of its own (or there is none, or several hosts)";
+  }
+  const int device = hora_local_rank() % gpus;
+  auto host = makeTensor(mp::f32(), {256});
+  for (int64_t i = 0; i < host->numel(); ++i) host->set(i, 1.0);
+  DeviceTensor t(*host, device);
+  CUDA_ASSERT_OK(t.status());
+  hora_request_t req = nullptr;
+  ASSERT_EQ(HORA_SUCCESS,
+            hora_allreduce_async("gpu.shared", t.dl(), t.dl(), HORA_OP_SUM, 1.0, 1.0, 0, &req))
+      << mp::lastError();
+  DeviceRequest guard(req);
+  const hora_status_t status = hora_wait(req);
+  const std::string why = mp::lastError();
+  EXPECT_EQ(HORA_ERR_BACKEND, status) << "ranks sharing cuda:" << device << ": " << why;
+  EXPECT_NE(std::string::npos, why.find("NCCL")) << why;
+}
+
 }  // namespace

@@ -6,11 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <future>
 #include <numeric>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "backends/nccl/device_api.h"
 #include "backends/nccl/nccl_device.h"
 #include "backends/nccl/nccl_kernels.h"
 #include "base/dtype.h"
@@ -192,6 +194,41 @@ TEST(NcclKernels, CancelledCopyAndScaleWriteNothing) {
   stream.synchronize();
   to.download(back.data(), bytes);
   EXPECT_EQ(std::vector<float>(static_cast<size_t>(n), 6.0f), back);
+}
+
+// The backend's own flag (DeviceApi): its kernels read a device-memory snapshot taken in stream
+// order, so a flag raised while they wait behind earlier work (the aborted NCCL kernel, here a
+// host function that holds the stream) still stops them, and one never raised lets them work.
+TEST(NcclKernels, FlagRaisedWhileKernelsWaitStopsThem) {
+  REQUIRE_GPU();
+  gpu::DeviceApi &api = gpu::cudaDeviceApi();
+  api.setDevice(0);
+  const int64_t n = 1 << 20;
+  const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+  std::vector<float> ones(static_cast<size_t>(n), 1.0f), twos(static_cast<size_t>(n), 2.0f);
+  std::vector<float> back(static_cast<size_t>(n));
+  nccl_device::Buffer from(0, bytes), to(0, bytes);
+  gpu::StreamHandle stream = api.createStream();
+  gpu::DeviceApi::CancelFlag flag = api.createCancelFlag();
+  for (const bool raise : {true, false}) {
+    from.upload(twos.data(), bytes);
+    to.upload(ones.data(), bytes);
+    std::promise<void> go;
+    std::shared_future<void> released = go.get_future().share();
+    api.hostCallback(stream, [](void *f) { static_cast<std::shared_future<void> *>(f)->wait(); }, &released);
+    const std::vector<nccl_kernels::CopyItem> items = {{from.data(), to.data(), static_cast<int64_t>(bytes)}};
+    api.batchedCopy(items, flag.device, stream);
+    api.scale(to.data(), n, DType::kFloat32, 3.0, flag.device, stream);
+    if (raise) *static_cast<volatile int *>(flag.host) = 1;
+    go.set_value();
+    nccl_device::check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "cudaStreamSynchronize");
+    to.download(back.data(), bytes);
+    EXPECT_EQ(raise ? ones : std::vector<float>(static_cast<size_t>(n), 6.0f), back)
+        << (raise ? "kernels queued before the flag was raised wrote after it" : "the kernels did not run");
+    *static_cast<volatile int *>(flag.host) = 0;
+  }
+  api.destroyCancelFlag(flag);
+  api.destroyStream(stream);
 }
 
 TEST(NcclKernels, MisalignedCopiesMatchMemcpy) {

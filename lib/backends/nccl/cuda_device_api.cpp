@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <mutex>
+#include <unordered_map>
 #include <type_traits>
 #include <vector>
 
@@ -211,16 +212,22 @@ class CudaDeviceApi final : public DeviceApi {
 
   void batchedCopy(const std::vector<nccl_kernels::CopyItem> &items, const int *cancel,
                    StreamHandle stream) override {
-    check(launch([&] { return nccl_kernels::batchedCopy(items, cancel, stream); }), "hora's copy kernel (",
+    const int *flag = snapshot(cancel, stream);
+    check(launch([&] { return nccl_kernels::batchedCopy(items, flag, stream); }), "hora's copy kernel (",
           items.size(), " tensors)");
   }
 
   void scale(void *data, int64_t count, DType dtype, double factor, const int *cancel,
              StreamHandle stream) override {
-    check(launch([&] { return nccl_kernels::scale(data, count, dtype, factor, cancel, stream); }),
+    if (count == 0 || factor == 1.0) return;  // nothing launched
+    const int *flag = snapshot(cancel, stream);
+    check(launch([&] { return nccl_kernels::scale(data, count, dtype, factor, flag, stream); }),
           "hora's scaling kernel (", count, " ", dtypeName(dtype), ")");
   }
 
+  // The flag is mapped host memory (the host must be able to set it while the GPU is stuck in
+  // an NCCL kernel); each flag has a device-memory mirror, which snapshot() refreshes in stream
+  // order just before a kernel that reads it (nccl_kernels.h says why).
   CancelFlag createCancelFlag() override {
     void *host = nullptr;
     // Portable: pinned and mapped for every context of the process, not only the current one.
@@ -228,15 +235,31 @@ class CudaDeviceApi final : public DeviceApi {
           "cudaHostAlloc of the cancel flag");
     *static_cast<int *>(host) = 0;
     void *device = nullptr;
-    const cudaError_t err = cudaHostGetDevicePointer(&device, host, 0);
+    void *mirror = nullptr;
+    cudaError_t err = cudaHostGetDevicePointer(&device, host, 0);
+    if (err == cudaSuccess) err = cudaMalloc(&mirror, sizeof(int));
+    if (err == cudaSuccess) err = cudaMemset(mirror, 0, sizeof(int));
     if (err != cudaSuccess) {
+      if (mirror != nullptr) cudaFree(mirror);
       cudaFreeHost(host);
-      check(err, "cudaHostGetDevicePointer of the cancel flag");
+      check(err, "setting up the cancel flag");
     }
+    std::lock_guard<std::mutex> lock(mirrorsMutex_);
+    mirrors_[static_cast<const int *>(device)] = static_cast<int *>(mirror);
     return {static_cast<int *>(host), static_cast<const int *>(device)};
   }
 
   void destroyCancelFlag(CancelFlag flag) noexcept override {
+    int *mirror = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mirrorsMutex_);
+      auto it = mirrors_.find(flag.device);
+      if (it != mirrors_.end()) {
+        mirror = it->second;
+        mirrors_.erase(it);
+      }
+    }
+    if (mirror != nullptr) quietly(cudaFree(mirror), "cudaFree of the cancel flag's mirror");
     if (flag.host != nullptr) quietly(cudaFreeHost(flag.host), "cudaFreeHost of the cancel flag");
   }
 
@@ -406,6 +429,26 @@ class CudaDeviceApi final : public DeviceApi {
   // This mutex protects: pools_ (engine threads of several devices allocate at once).
   std::mutex poolsMutex_;
   std::vector<Pool> pools_;  // by device
+
+  // The device-memory mirror of `cancel` (a flag from createCancelFlag), refreshed on `stream`
+  // now; nullptr for nullptr. A pointer that is no flag of this API is read as it is.
+  const int *snapshot(const int *cancel, StreamHandle stream) {
+    if (cancel == nullptr) return nullptr;
+    int *mirror = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mirrorsMutex_);
+      auto it = mirrors_.find(cancel);
+      if (it != mirrors_.end()) mirror = it->second;
+    }
+    if (mirror == nullptr) return cancel;
+    check(launch([&] { return nccl_kernels::snapshotCancel(cancel, mirror, stream); }),
+          "hora's cancel-flag snapshot kernel");
+    return mirror;
+  }
+
+  // This mutex protects: mirrors_ (executors of several sets make and drop flags at once).
+  std::mutex mirrorsMutex_;
+  std::unordered_map<const int *, int *> mirrors_;  // a flag's device pointer -> its mirror
 };
 
 }  // namespace

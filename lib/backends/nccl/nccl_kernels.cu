@@ -96,6 +96,10 @@ __global__ void __launch_bounds__(kThreads) copyKernel(const __grid_constant__ B
   }
 }
 
+__global__ void snapshotKernel(const int *hostFlag, int *mirror) {
+  *mirror = *static_cast<const volatile int *>(hostFlag);
+}
+
 template <typename T>
 __device__ inline float toFloat(T v) { return static_cast<float>(v); }
 template <typename T>
@@ -179,6 +183,12 @@ int batchedCopy(const std::vector<CopyItem> &items, const int *cancel, void *str
     if (err != cudaSuccess) return static_cast<int>(err);
   }
   return 0;
+}
+
+int snapshotCancel(const int *hostFlag, int *mirror, void *stream) {
+  forgetStaleError();
+  snapshotKernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(hostFlag, mirror);
+  return static_cast<int>(cudaGetLastError());
 }
 
 int scale(void *buf, int64_t count, DType dtype, double factor, const int *cancel, void *stream) {

@@ -20,9 +20,13 @@ struct CopyItem {
 // `cancel`, in the calls below: a flag the device reads, nullptr for never cancelled. Each block
 // of a launch reads it once, as it starts (a volatile load), and writes nothing when it is nonzero.
 // The host sets it (before ncclCommAbort) so that the unpacking copies and scalings already queued
-// behind an aborted collective leave the caller's tensors as they were. It must be device-visible
-// host memory: cudaHostAlloc(cudaHostAllocMapped | cudaHostAllocPortable), the pointer from
-// cudaHostGetDevicePointer. A block that started before the host wrote it still writes.
+// behind an aborted collective leave the caller's tensors as they were. The host writes it in
+// device-visible host memory (cudaHostAlloc(cudaHostAllocMapped | cudaHostAllocPortable)); the
+// kernels should read a device-memory copy of it that snapshotCancel made just before them, in
+// stream order: a read of host memory crosses the bus, once per block, and on an H100 in a
+// virtual machine those reads cost about 1 us each and did not overlap, so a 64 MiB unpack of
+// 16 tensors (16,384 blocks) took 16 ms instead of 47 us. A block that started before the host
+// wrote it still writes.
 //
 // Each call returns the cudaError_t (as int) of its first launch that failed, 0 when all were
 // queued. An error some earlier call left in the calling thread's CUDA error slot is discarded
@@ -34,6 +38,11 @@ struct CopyItem {
 // a copy moves the widest words (16, 8, 4, 2 bytes) that its source and destination can both be
 // aligned to, bytes only when their distance is odd.
 constexpr int kMaxItemsPerLaunch = 512;
+
+// *mirror = *hostFlag once `stream` reaches this point (one thread reads the host's flag over the
+// bus): what the kernels queued after it on `stream` then read as their `cancel`. `mirror` is one
+// int of device memory; `hostFlag` the device pointer of mapped host memory.
+int snapshotCancel(const int *hostFlag, int *mirror, void *stream);
 int batchedCopy(const std::vector<CopyItem> &items, const int *cancel, void *stream);
 
 // buf[i] *= factor for `count` elements of a floating dtype on `stream`: float64 in float64,
