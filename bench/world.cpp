@@ -220,8 +220,12 @@ void abortJob(int code) {
 
 // ---- planes ------------------------------------------------------------------------------------
 
+// "ucx", or "ucx:hier" / "ucx:flat": the plane with HORA_HIERARCHICAL=on / off.
 bool knownPlane(const std::string &name) {
-  return name == "mpi" || name == "gloo" || name == "ucx" || name == "auto";
+  const std::string plane = name.substr(0, name.find(':'));
+  const std::string mode = name.find(':') == std::string::npos ? "" : name.substr(name.find(':') + 1);
+  return (plane == "mpi" || plane == "gloo" || plane == "ucx" || plane == "auto") &&
+         (mode.empty() || mode == "hier" || mode == "flat");
 }
 
 const std::string &launchedBackend() { return gLaunchedBackend; }
@@ -252,7 +256,8 @@ std::vector<std::string> parsePlanes(const std::string &text, std::string *error
     if (comma == std::string::npos) comma = text.size();
     const std::string p = text.substr(start, comma - start);
     if (!knownPlane(p)) {
-      *error = "unknown plane '" + p + "' (mpi, gloo, ucx or auto, comma-separated)";
+      *error = "unknown plane '" + p + "' (mpi, gloo, ucx or auto, each optionally with :hier or "
+               ":flat, comma-separated)";
       return {};
     }
     if (std::find(planes.begin(), planes.end(), p) != planes.end()) {
@@ -267,9 +272,15 @@ std::vector<std::string> parsePlanes(const std::string &text, std::string *error
 
 bool startPlane(const std::string &plane, const std::string &timeline, std::string *whyNot) {
   stopHora();
-  setenv("HORA_CPU_BACKEND", plane.c_str(), 1);
+  const size_t colon = plane.find(':');
+  setenv("HORA_CPU_BACKEND", plane.substr(0, colon).c_str(), 1);
+  const char *hier = std::getenv("HORA_HIERARCHICAL");
+  const bool hadHier = hier != nullptr;
+  const std::string launchedHier = hadHier ? hier : "";
+  if (colon != std::string::npos) setenv("HORA_HIERARCHICAL", plane.substr(colon + 1) == "hier" ? "on" : "off", 1);
   if (!timeline.empty()) setenv("HORA_TIMELINE", timeline.c_str(), 1);
   const hora_status_t st = hora_init();
+  setOrUnset("HORA_HIERARCHICAL", hadHier, launchedHier);
   std::string why;
   if (st != HORA_SUCCESS) {
     why = std::string(hora_status_string(st)) + ": " + hora_last_error();

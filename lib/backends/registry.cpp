@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/hier/hier_backend.h"
 #include "backends/shm/shm_backend.h"
 #include "base/error.h"
 #include "base/logging.h"
@@ -47,7 +48,7 @@ std::vector<Candidate> candidates(const Knobs &knobs) {
                       }
                     }
                     try {
-                      return createUcxBackend(g, knobs.timeoutS);
+                      return createUcxBackend(g, knobs.timeoutS, knobs.hierarchical != "off");
                     } catch (const Error &e) {
                       // Every rank learns of a failure to start together (UcxComm agrees on it
                       // before connecting), so every rank falls back alike.
@@ -110,9 +111,12 @@ std::unique_ptr<Backend> createCpuBackend(const Knobs &knobs, Bootstrap &bootstr
     if (std::unique_ptr<Backend> backend = c.make(bootstrap, group, &why)) {
       if (group.size() == 1) return backend;
       backend = wrapWithShm(std::move(backend), group, knobs, &why);
-      if (!why.empty()) {
-        HORA_LOG(kInfo) << "intra-host shared-memory allreduce off: " << why;
-      }
+      if (backend->caps().scope == BackendCaps::Scope::kOneHost) return backend;
+      HORA_LOG(kInfo) << "intra-host shared-memory allreduce off: " << why;
+      // Every rank got the same answer above (wrapWithShm agrees on it), so all try this too.
+      std::string flat;
+      backend = wrapHierarchical(std::move(backend), bootstrap, group, knobs, &flat);
+      if (!flat.empty()) HORA_LOG(kInfo) << "hierarchical allreduce off: " << flat;
       return backend;
     }
     tried += detail::concat(tried.empty() ? "" : "; ", c.name, ": ", why);

@@ -123,6 +123,16 @@ const std::vector<KnobSpec> kTable = {
        return parseChoice(t, {"auto", "on", "off"}, &k.shmStream, why);
      },
      [](const Knobs &k) { return k.shmStream; }},
+    {"HORA_HIERARCHICAL", "auto",
+     "allreduce of a set whose ranks span hosts, where a host holds several: `on` reduces "
+     "inside each host through shared memory, then across hosts one share per rank (the "
+     "fewest ranks any host holds carry the shares), then shares the result inside each host; "
+     "`auto` does so from 1 MiB and leaves smaller ones to the set's plane; `off`: one "
+     "collective of the plane",
+     [](const std::string &t, Knobs &k, std::string *why) {
+       return parseChoice(t, {"auto", "on", "off"}, &k.hierarchical, why);
+     },
+     [](const Knobs &k) { return k.hierarchical; }},
     {"HORA_CALLER_CYCLES", "auto",
      "`auto`: a thread in `hora_wait` runs its set's cycles itself while the set's engine "
      "thread is idle (sets on one host, CPU tensors), sparing two thread hand-offs; `off`: the "
@@ -309,12 +319,15 @@ const std::vector<KnobAlias> kAliases = {
        *why = "expected one of trace, debug, info, warning, error, fatal (any case)";
        return AliasUse::kBad;
      }},
-    {"HOROVOD_HIERARCHICAL_ALLREDUCE", nullptr,
-     "no switch needed: a process set whose ranks are all on one host reduces CPU tensors "
-     "through shared memory (`HORA_SHM`); across hosts the UCX plane reduces inside each host "
-     "first and sends one share per host over the network (on MPI or Gloo each allreduce is one "
-     "collective); CUDA tensors go to NCCL, which picks its own intra- and inter-host algorithm",
-     [](const std::string &t, std::string *, std::string *why) { return horovodSwitch(t, why); }},
+    {"HOROVOD_HIERARCHICAL_ALLREDUCE", "HORA_HIERARCHICAL",
+     "`HOROVOD_HIERARCHICAL_ALLREDUCE` (1 sets `on`, 0 sets `off`; CUDA tensors go to NCCL, "
+     "which picks its own intra- and inter-host algorithm)",
+     [](const std::string &t, std::string *knobText, std::string *why) {
+       const AliasUse use = horovodSwitch(t, why);
+       if (use == AliasUse::kBad) return use;
+       *knobText = use == AliasUse::kSets ? "on" : "off";
+       return AliasUse::kSets;
+     }},
     {"HOROVOD_HIERARCHICAL_ALLGATHER", nullptr,
      "hora has no hierarchical allgather; allgather runs as one collective of the plane (UCX: "
      "every pair exchanges its blocks directly; CUDA tensors: one NCCL collective) on one host "

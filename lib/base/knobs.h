@@ -23,6 +23,7 @@ struct Knobs {
   std::string cpuBackend = "auto";  // auto, mpi, gloo, ucx
   std::string shm = "auto";         // auto, cma, off: the intra-host allreduce path
   std::string shmStream = "auto";   // auto, on, off: non-temporal stores into the shared segment
+  std::string hierarchical = "auto";  // auto, on, off: shared memory + cross-host plane for sets spanning hosts
   std::string callerCycles = "auto";  // auto, off: a waiting thread runs its set's cycles
   std::string threadAffinity = "auto";  // auto, off, or one CPU per local rank: "0,1"
   std::string timeline;             // empty = off

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -45,5 +46,25 @@ std::string hostName() {
   if (gethostname(name, sizeof name - 1) != 0) return "";
   return name;
 }
+
+std::string hostIdentity() {
+  std::string id = hostName();
+  if (FILE *f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
+    char boot[64] = {0};
+    if (std::fgets(boot, sizeof boot, f) != nullptr) {
+      std::string b = boot;
+      while (!b.empty() && (b.back() == '\n' || b.back() == '\r')) b.pop_back();
+      id += "|" + b;
+    }
+    std::fclose(f);
+  }
+  for (const char *link : {"/proc/self/ns/ipc", "/proc/self/ns/pid"}) {
+    char ns[128] = {0};
+    if (readlink(link, ns, sizeof ns - 1) > 0) id += std::string("|") + ns;
+  }
+  return id;
+}
+
+std::string hostOfIdentity(const std::string &identity) { return identity.substr(0, identity.find('|')); }
 
 }  // namespace hora

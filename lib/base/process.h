@@ -20,4 +20,12 @@ bool procStatSaysGone(const std::string &stat);
 // This host's name, as gethostname() gives it ("" if it fails).
 std::string hostName();
 
+// What makes two processes "on one host" for shared memory and for telling a lost peer by its
+// pid: the host name, the kernel's boot id, the IPC and pid namespaces, as
+// "name|boot id|ipc:[...]|pid:[...]". Two ranks in different containers or network-namespace
+// "hosts" of one machine differ.
+std::string hostIdentity();
+// The host name part of a hostIdentity(), for messages.
+std::string hostOfIdentity(const std::string &identity);
+
 }  // namespace hora

@@ -34,6 +34,10 @@ class SingleBootstrap final : public Bootstrap {
     HORA_ENFORCE(ranks.size() == 1 && ranks[0] == 0, "a world of one has only rank 0");
     return std::make_unique<SelfGroup>();
   }
+  std::unique_ptr<Group> splitGroup(Group &, int color, int) override {
+    if (color < 0) return nullptr;
+    return std::make_unique<SelfGroup>();
+  }
 
  private:
   Topology topology_;

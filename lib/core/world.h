@@ -68,7 +68,20 @@ class Bootstrap {
   // Collective over the world, from the thread that owns `world`: the group of `ranks` (sorted,
   // distinct world ranks). Ranks outside it get nullptr.
   virtual std::unique_ptr<Group> createGroup(Group &world, const std::vector<int> &ranks) = 0;
+  // Collective over `parent` (the world or a process set), from the thread that owns it, as
+  // MPI_Comm_split: the ranks of `parent` that pass the same color >= 0 form a group, ordered by
+  // key, then by rank in `parent`. A rank that passes a negative color gets nullptr. Used for the
+  // groups a hierarchical collective needs inside a set (its ranks on one host; one rank per host).
+  virtual std::unique_ptr<Group> splitGroup(Group &parent, int color, int key) = 0;
 };
+
+// For Bootstrap::splitGroup: every rank's (color, key), gathered over `parent`'s control plane,
+// and this rank's place among those of its color. rank/size are -1/0 for a negative color.
+struct SplitPlace {
+  int rank = -1;
+  int size = 0;
+};
+SplitPlace splitPlace(ControlPlane &parent, int color, int key);
 
 // Everything the engine needs from below, in one object the composition root builds. Each
 // method throws Error with a status and the reason on failure.

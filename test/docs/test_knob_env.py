@@ -111,12 +111,12 @@ class Init(unittest.TestCase):
 
     def test_horovod_log_level_and_hierarchical(self):
         # HOROVOD_LOG_LEVEL=info lets the info line through; without it, it stays quiet.
-        err = self.init(HOROVOD_LOG_LEVEL="INFO", HOROVOD_HIERARCHICAL_ALLREDUCE="1")
+        err = self.init(HOROVOD_LOG_LEVEL="INFO", HOROVOD_HIERARCHICAL_ALLGATHER="1")
         lines = [l for l in err.splitlines()
-                 if "HOROVOD_HIERARCHICAL_ALLREDUCE=1 changes nothing" in l]
+                 if "HOROVOD_HIERARCHICAL_ALLGATHER=1 changes nothing" in l]
         self.assertEqual(len(lines), 1, err)
         self.assertIn(" I ", lines[0])
-        self.assertEqual(self.init(HOROVOD_HIERARCHICAL_ALLREDUCE="1"), "")
+        self.assertEqual(self.init(HOROVOD_HIERARCHICAL_ALLGATHER="1"), "")
 
     def test_one_copy_per_host(self):
         if "env:// and slurm yes" not in run([INFO]).stdout:

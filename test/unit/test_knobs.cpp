@@ -267,17 +267,25 @@ TEST(KnobAliases, TimelineDynamicWritesNoFile) {
   EXPECT_EQ(r.origin.count("HORA_TIMELINE"), 0u);
 }
 
-TEST(KnobAliases, HierarchicalIsAcceptedAndExplained) {
+TEST(KnobAliases, HorovodHierarchicalAllreduceSetsTheKnob) {
   KnobReport r;
-  Knobs k = fromMap({{"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"},
-                     {"HOROVOD_HIERARCHICAL_ALLGATHER", "0"}},
-                    &r);
-  EXPECT_EQ(k.shm, "auto");
-  ASSERT_EQ(r.notes.size(), 1u);  // 0 asks for nothing
+  EXPECT_EQ(fromMap({{"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"}}, &r).hierarchical, "on");
+  EXPECT_EQ(r.origin.at("HORA_HIERARCHICAL"), "HOROVOD_HIERARCHICAL_ALLREDUCE");
+  EXPECT_EQ(fromMap({{"HOROVOD_HIERARCHICAL_ALLREDUCE", "0"}}).hierarchical, "off");
+  EXPECT_EQ(fromMap({}).hierarchical, "auto");
+  // hora's own name wins.
+  EXPECT_EQ(fromMap({{"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"}, {"HORA_HIERARCHICAL", "off"}}).hierarchical,
+            "off");
+}
+
+TEST(KnobAliases, HierarchicalAllgatherIsAcceptedAndExplained) {
+  KnobReport r;
+  Knobs k = fromMap({{"HOROVOD_HIERARCHICAL_ALLGATHER", "1"}, {"HOROVOD_HIERARCHICAL_ALLREDUCE", "0"}}, &r);
+  EXPECT_EQ(k.hierarchical, "off");
+  ASSERT_EQ(r.notes.size(), 1u);
   EXPECT_EQ(r.notes[0].first, LogLevel::kInfo);
-  EXPECT_EQ(r.notes[0].second.rfind("HOROVOD_HIERARCHICAL_ALLREDUCE=1 changes nothing", 0), 0u)
+  EXPECT_EQ(r.notes[0].second.rfind("HOROVOD_HIERARCHICAL_ALLGATHER=1 changes nothing", 0), 0u)
       << r.notes[0].second;
-  EXPECT_NE(r.notes[0].second.find("HORA_SHM"), std::string::npos) << r.notes[0].second;
   EXPECT_EQ(r.notes[0].second.find('`'), std::string::npos) << r.notes[0].second;
 }
 

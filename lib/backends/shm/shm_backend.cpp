@@ -4,25 +4,16 @@
 
 #include <unistd.h>
 
-#include <fstream>
 
 #include "backends/shm/shm_allreduce.h"
 #include "backends/shm/shm_channel.h"
 #include "backends/shm/shm_negotiation.h"
 #include "backends/shm/shm_segment.h"
 #include "base/error.h"
+#include "base/process.h"
 
 namespace hora {
 namespace {
-
-std::string hostIdentity() {
-  char name[256] = {};
-  gethostname(name, sizeof name - 1);
-  std::string boot;
-  std::ifstream in("/proc/sys/kernel/random/boot_id");
-  std::getline(in, boot);
-  return std::string(name) + "/" + boot;
-}
 
 // Allreduce (and the negotiation AND, and the bell) through the segment; every other collective
 // goes to inner_. Called like any Backend: one thread at a time, in the set's cycles.
@@ -107,8 +98,8 @@ std::unique_ptr<Backend> wrapWithShm(std::unique_ptr<Backend> inner, Group &grou
   if (control.rank() == 0) {
     for (size_t r = 1; r < hosts.size() && verdict.empty(); ++r) {
       if (hosts[r] != hosts[0]) {
-        verdict = detail::concat("rank ", r, " is on another host (", hosts[r].substr(0, hosts[r].find('/')),
-                                 ", rank 0 on ", hosts[0].substr(0, hosts[0].find('/')), ")");
+        verdict = detail::concat("rank ", r, " is on another host (", hostOfIdentity(hosts[r]),
+                                 ", rank 0 on ", hostOfIdentity(hosts[0]), ")");
       }
     }
   }

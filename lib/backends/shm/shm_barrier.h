@@ -38,7 +38,7 @@ struct ShmBarrierState {
   // Per rank, written only by it: how far it has got in each stage of the pipelined allreduce
   // (ShmBarrier::publish / awaitPeers), a cache line each so a writer never steals a reader's.
   // A store (release) publishes the ring slots that stage wrote; a peer's acquire load sees them.
-  static constexpr int kStages = 3;
+  static constexpr int kStages = 4;
   struct alignas(64) Progress {
     std::atomic<uint64_t> stage[kStages];
   };

@@ -86,8 +86,9 @@ class UcxNegotiation final : public ControlPlane {
 
 class UcxBackend final : public Backend {
  public:
-  UcxBackend(Group &group, double timeoutS)
+  UcxBackend(Group &group, double timeoutS, bool topologyAware)
       : comm_(group, timeoutS), negotiation_(comm_), bell_(comm_), tuning_(ucx::Tuning::fromEnvironment()) {
+    tuning_.topologyAware = topologyAware;
     // Connect every endpoint now (UCX wires up on first use) so that the first collective does not
     // pay for it, and say what UCX chose.
     std::vector<uint64_t> hello(1, ~0ull);
@@ -166,8 +167,8 @@ class UcxBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> createUcxBackend(Group &group, double timeoutS) {
-  return std::make_unique<UcxBackend>(group, timeoutS);
+std::unique_ptr<Backend> createUcxBackend(Group &group, double timeoutS, bool topologyAware) {
+  return std::make_unique<UcxBackend>(group, timeoutS, topologyAware);
 }
 
 std::string ucxDescription() { return describeUcx(); }

@@ -14,7 +14,10 @@
 namespace hora {
 
 // Collective over `group`. Throws Error(HORA_ERR_BACKEND) when UCX cannot start or connect.
-std::unique_ptr<Backend> createUcxBackend(Group &group, double timeoutS);
+// topologyAware: small allreduces gather to one rank per host first, and
+// large ones with the same number of ranks on every host run a ring inside each host around the
+// ring across hosts (false: HORA_HIERARCHICAL=off, every collective over all ranks alike).
+std::unique_ptr<Backend> createUcxBackend(Group &group, double timeoutS, bool topologyAware);
 
 // UCX's version and the transports this machine offers it, for hora-info.
 std::string ucxDescription();

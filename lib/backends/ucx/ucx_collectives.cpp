@@ -335,7 +335,7 @@ void allreduce(UcxComm &c, const Tuning &t, void *buf, int64_t count, size_t esi
                std::vector<uint8_t> &scratch) {
   const int n = c.size();
   if (n == 1 || count == 0) return;
-  if (static_cast<size_t>(count) * esize <= t.smallBytes && hostAwareFits(c)) {
+  if (static_cast<size_t>(count) * esize <= t.smallBytes && t.topologyAware && hostAwareFits(c)) {
     hostAwareAllreduce(c, buf, count, esize, combine, scratch);
     return;
   }
@@ -347,7 +347,7 @@ void allreduce(UcxComm &c, const Tuning &t, void *buf, int64_t count, size_t esi
     recursiveDoubling(c, buf, count, esize, combine, scratch);
     return;
   }
-  if (hierarchicalFits(c)) {
+  if (t.topologyAware && hierarchicalFits(c)) {
     hierarchicalAllreduce(c, t, buf, count, esize, combine, scratch);
     return;
   }

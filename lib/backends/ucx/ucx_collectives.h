@@ -41,6 +41,7 @@ struct Tuning {
   size_t directBytes = 16 << 10;  // allreduce sends (P-1) x its bytes directly up to here
   size_t smallBytes = 64 << 10;   // up to here allreduce uses recursive doubling
   size_t chunkBytes = 256 << 10;  // pipeline unit of the ring and the broadcast chain
+  bool topologyAware = true;      // host-aware small ops and the per-host ring (else flat)
   static Tuning fromEnvironment();
 };
 

@@ -20,6 +20,7 @@
 
 #include "base/error.h"
 #include "base/logging.h"
+#include "base/process.h"
 
 namespace hora {
 namespace {
@@ -60,25 +61,6 @@ uint64_t get64(const std::string &in, size_t &at) {
   std::memcpy(&v, in.data() + at, 8);
   at += 8;
   return v;
-}
-
-// What makes two processes "on one host" for UCX's shared memory and for a pid check: the host
-// name, the kernel's boot id, the IPC and pid namespaces.
-std::string hostIdentity() {
-  char name[256] = {0};
-  gethostname(name, sizeof name - 1);
-  std::string id = name;
-  if (FILE *f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
-    char boot[64] = {0};
-    if (std::fgets(boot, sizeof boot, f) != nullptr) id += std::string("|") + boot;
-    std::fclose(f);
-  }
-  // UCX's shared memory needs the IPC namespace too; the pid check, the pid namespace.
-  for (const char *link : {"/proc/self/ns/ipc", "/proc/self/ns/pid"}) {
-    char ns[128] = {0};
-    if (readlink(link, ns, sizeof ns - 1) > 0) id += std::string("|") + ns;
-  }
-  return id;
 }
 
 }  // namespace

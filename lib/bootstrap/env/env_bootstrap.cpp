@@ -89,12 +89,26 @@ class EnvWorld final : public Bootstrap {
                             localAddress_, timeoutS_);
   }
 
+  // The parent's rank 0 names the split (its store prefix, unique in the job); each color's
+  // group then meets under that prefix.
+  std::unique_ptr<Group> splitGroup(Group &parent, int color, int key) override {
+    ControlPlane &control = parent.control();
+    std::string name;
+    if (control.rank() == 0) name = "split" + std::to_string(splits_++) + "." + std::to_string(rv_.topology.rank);
+    control.broadcastFromRoot(name);
+    const SplitPlace place = splitPlace(control, color, key);
+    if (color < 0) return nullptr;
+    return createStoreGroup(rv_.store, rv_.prefix + name + "/" + std::to_string(color) + "/", place.rank,
+                            place.size, localAddress_, timeoutS_);
+  }
+
  private:
   const char *launcher_;
   double timeoutS_;
   Rendezvous rv_;
   std::string localAddress_;
   uint64_t sets_ = 0;
+  uint64_t splits_ = 0;  // splits this rank named as some parent's rank 0
 };
 
 }  // namespace

@@ -358,6 +358,14 @@ class MpiWorld final : public Bootstrap {
     return std::make_unique<MpiCommGroup>(comm, timeoutS_, /*presence=*/true);
   }
 
+  std::unique_ptr<Group> splitGroup(Group &parent, int color, int key) override {
+    auto &group = dynamic_cast<MpiCommGroup &>(parent);
+    MPI_Comm comm;
+    HORA_CHECK_MPI(MPI_Comm_split(group.controlComm(), color < 0 ? MPI_UNDEFINED : color, key, &comm));
+    if (color < 0) return nullptr;
+    return std::make_unique<MpiCommGroup>(comm, timeoutS_, /*presence=*/false);
+  }
+
  private:
   double timeoutS_;
   int threadLevel_ = MPI_THREAD_SINGLE;

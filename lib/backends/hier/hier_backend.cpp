@@ -1,0 +1,213 @@
+// SPDX-License-Identifier: Apache-2.0
+// HierBackend: a set's plane with large allreduces split by topology (hier_backend.h).
+#include "backends/hier/hier_backend.h"
+
+#include <algorithm>
+#include <map>
+
+#include "backends/registry.h"
+#include "backends/shm/hier_allreduce.h"
+#include "backends/shm/shm_channel.h"
+#include "backends/shm/shm_segment.h"
+#include "base/error.h"
+#include "base/logging.h"
+#include "base/process.h"
+
+namespace hora {
+namespace {
+
+// Where every rank of a set is, from every rank's hostIdentity(): hosts numbered in order of
+// their lowest rank, each rank's index among its host's ranks (in rank order).
+struct Layout {
+  std::vector<int> host;        // by rank
+  std::vector<int> localIndex;  // by rank
+  std::vector<int> hostSize;    // by host
+  std::vector<std::string> hostName;  // by host
+  int hosts() const { return static_cast<int>(hostSize.size()); }
+  int fewest() const { return *std::min_element(hostSize.begin(), hostSize.end()); }
+  int most() const { return *std::max_element(hostSize.begin(), hostSize.end()); }
+  std::string describe() const {  // "2 hosts: a x2, b x1"
+    std::string s = std::to_string(hosts()) + " hosts:";
+    for (int h = 0; h < hosts(); ++h) {
+      s += detail::concat(h ? ", " : " ", hostName[static_cast<size_t>(h)], " x", hostSize[static_cast<size_t>(h)]);
+    }
+    return s;
+  }
+};
+
+Layout layoutOf(ControlPlane &control) {
+  std::vector<std::string> ids = control.gatherToRoot(hostIdentity());
+  std::string all;
+  for (const std::string &id : ids) all += id + '\n';
+  control.broadcastFromRoot(all);
+  Layout layout;
+  std::map<std::string, int> index;
+  size_t at = 0;
+  while (at < all.size()) {
+    const size_t eol = all.find('\n', at);
+    const std::string id = all.substr(at, eol - at);
+    at = eol + 1;
+    auto found = index.find(id);
+    if (found == index.end()) {
+      found = index.emplace(id, layout.hosts()).first;
+      layout.hostSize.push_back(0);
+      layout.hostName.push_back(hostOfIdentity(id));
+    }
+    layout.host.push_back(found->second);
+    layout.localIndex.push_back(layout.hostSize[static_cast<size_t>(found->second)]++);
+  }
+  return layout;
+}
+
+// Whether `ok` holds on every rank of `control`, with the first reason any rank gave.
+bool everyRank(ControlPlane &control, bool ok, const std::string &why, std::string *first) {
+  std::vector<uint64_t> word{ok ? 1ull : 0ull};
+  control.allreduceAnd(word);
+  if (word[0] == 1) return true;
+  std::vector<std::string> reasons = control.gatherToRoot(ok ? "" : why);
+  std::string reason;
+  if (control.rank() == 0) {
+    for (size_t r = 0; r < reasons.size() && reason.empty(); ++r) {
+      if (!reasons[r].empty()) reason = detail::concat("rank ", r, ": ", reasons[r]);
+    }
+  }
+  control.broadcastFromRoot(reason);
+  *first = reason;
+  return false;
+}
+
+// Below this many bytes an allreduce under HORA_HIERARCHICAL=auto stays with the set's plane:
+// its cost there is latency, which two extra shared-memory stages only add to (docs/hierarchical.md
+// has the measurements this comes from).
+constexpr int64_t kAutoMinBytes = 1 << 20;
+
+class HierBackend final : public Backend {
+ public:
+  HierBackend(std::unique_ptr<Backend> inner, std::unique_ptr<Group> local,
+              std::unique_ptr<ShmChannel> channel, std::unique_ptr<Group> cross,
+              std::unique_ptr<Backend> crossPlane, int owners, bool always, const std::string &layout)
+      : inner_(std::move(inner)),
+        local_(std::move(local)),
+        channel_(std::move(channel)),
+        cross_(std::move(cross)),
+        crossPlane_(std::move(crossPlane)),
+        allreduce_(*channel_, owners,
+                   [this](void *buf, int64_t count, DType dtype, ReduceOp op) {
+                     crossPlane_->allreduce(buf, buf, count, dtype, op);
+                   },
+                   /*halfAcross=*/false),
+        always_(always),
+        caps_(inner_->caps()) {
+    name_ = detail::concat(inner_->name(), "+hier(", layout, "; ", owners, " owner",
+                           owners == 1 ? "" : "s", " per host across ",
+                           crossPlane_ ? crossPlane_->name() : "-", ")");
+  }
+
+  const char *name() const override { return name_.c_str(); }
+  const BackendCaps &caps() const override { return caps_; }
+  ControlPlane *negotiationPlane() override { return inner_->negotiationPlane(); }
+  PeerBell *peerBell() override { return inner_->peerBell(); }
+  void andWords(std::vector<uint64_t> &words) override { inner_->andWords(words); }
+  void allreduceSpans(const std::vector<Span> &spans, DType dtype, ReduceOp op, double prescale,
+                      double postscale) override {
+    inner_->allreduceSpans(spans, dtype, op, prescale, postscale);
+  }
+
+  // The engine has packed, prescaled and (for float16/bfloat16 the planes do not reduce) widened
+  // the vector; every rank sees the same count, so all choose alike.
+  void allreduce(const void *in, void *out, int64_t count, DType dtype, ReduceOp op) override {
+    if (!always_ && count * static_cast<int64_t>(dtypeSize(dtype)) < kAutoMinBytes) {
+      inner_->allreduce(in, out, count, dtype, op);
+      return;
+    }
+    allreduce_.run({{in, out, count}}, dtype, op, 1.0, 1.0);
+  }
+
+  void broadcast(void *buf, int64_t bytes, int root) override { inner_->broadcast(buf, bytes, root); }
+  void allgatherv(const void *in, void *out, const std::vector<int64_t> &bytesPerRank) override {
+    inner_->allgatherv(in, out, bytesPerRank);
+  }
+  void alltoallv(const void *in, const std::vector<int64_t> &sendBytes, void *out,
+                 const std::vector<int64_t> &recvBytes) override {
+    inner_->alltoallv(in, sendBytes, out, recvBytes);
+  }
+  void reducescatter(const void *in, void *out, const std::vector<int64_t> &counts, DType dtype,
+                     ReduceOp op) override {
+    inner_->reducescatter(in, out, counts, dtype, op);
+  }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+  std::unique_ptr<Group> local_;
+  std::unique_ptr<ShmChannel> channel_;  // over local_
+  std::unique_ptr<Group> cross_;         // nullptr on ranks that own no share
+  std::unique_ptr<Backend> crossPlane_;  // over cross_
+  HierAllreduce allreduce_;
+  const bool always_;  // HORA_HIERARCHICAL=on
+  BackendCaps caps_;
+  std::string name_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> wrapHierarchical(std::unique_ptr<Backend> inner, Bootstrap &bootstrap,
+                                          Group &group, const Knobs &knobs, std::string *why) {
+  if (knobs.hierarchical == "off") {
+    *why = "HORA_HIERARCHICAL=off";
+    return inner;
+  }
+  ControlPlane &control = group.control();
+  const Layout layout = layoutOf(control);
+  if (layout.hosts() == 1) {
+    *why = "every rank of the set is on one host";
+    return inner;
+  }
+  if (layout.most() == 1) {
+    *why = "no host holds two ranks of the set";
+    return inner;
+  }
+  if (layout.most() > ShmBarrierState::kMaxRanks) {
+    *why = detail::concat("a host holds more than ", ShmBarrierState::kMaxRanks, " ranks of the set");
+    return inner;
+  }
+  const int me = control.rank();
+  const int host = layout.host[static_cast<size_t>(me)];
+  const int local = layout.localIndex[static_cast<size_t>(me)];
+  const int owners = layout.fewest();
+  // Both splits on every rank, in this order, whatever happens after: they are collective.
+  std::unique_ptr<Group> localGroup = bootstrap.splitGroup(group, host, me);
+  std::unique_ptr<Group> crossGroup = bootstrap.splitGroup(group, local < owners ? local : -1, host);
+  std::string failure;
+  // A host with one rank of the set gets a segment of its own too: the algorithm is the same.
+  std::unique_ptr<ShmSegment> segment =
+      ShmSegment::create(localGroup->control(), ShmChannel::segmentBytes(localGroup->size()), &failure);
+  if (!everyRank(control, segment != nullptr, failure, why)) {
+    *why = "no shared segment on some host (" + *why + ")";
+    return inner;
+  }
+  auto channel = std::make_unique<ShmChannel>(std::move(segment), localGroup->rank(), localGroup->size(),
+                                              knobs.timeoutS);
+  channel->connect(localGroup->control());
+  std::unique_ptr<Backend> crossPlane;
+  if (crossGroup) {
+    try {
+      crossPlane = createCpuBackend(knobs, bootstrap, *crossGroup);
+    } catch (const Error &e) {
+      failure = e.what();
+    }
+  }
+  if (!everyRank(control, crossGroup == nullptr || crossPlane != nullptr, failure, why)) {
+    *why = "no cross-host plane (" + *why + ")";
+    return inner;
+  }
+  const std::string where = layout.describe();
+  HORA_LOG(kInfo) << "hierarchical allreduce: " << where << "; " << owners << " rank"
+                  << (owners == 1 ? "" : "s") << " per host carr" << (owners == 1 ? "ies" : "y")
+                  << " the shares across hosts"
+                  << (crossPlane ? detail::concat(" (this rank, on ", crossPlane->name(), ")") : "");
+  return std::make_unique<HierBackend>(std::move(inner), std::move(localGroup), std::move(channel),
+                                       std::move(crossGroup), std::move(crossPlane), owners,
+                                       knobs.hierarchical == "on", where);
+}
+
+}  // namespace hora
