@@ -109,7 +109,7 @@ int main(int argc, char **argv) {
 #endif
 #if HORA_HAVE_NCCL
   const int gpus = hora::nccl_device::deviceCount();
-  std::printf("  gpu backends: nccl yes (untested on a GPU so far); %d CUDA device%s visible%s%s\n",
+  std::printf("  gpu backends: nccl yes; %d CUDA device%s visible%s%s\n",
               gpus, gpus == 1 ? "" : "s", gpus == 0 ? ": " : "",
               gpus == 0 ? hora::nccl_device::whyNoDevice().c_str() : "");
   std::printf("                kernels built for %s\n", hora::nccl_kernels::builtArchitectures());
@@ -131,6 +131,19 @@ int main(int argc, char **argv) {
   } catch (const hora::Error &e) {
     error = e.message();
   }
+  // Which allreduce a CPU tensor gets, by where the set's ranks are, under these knobs.
+  std::printf("allreduce of CPU tensors (HORA_SHM=%s, HORA_HIERARCHICAL=%s):\n", current.shm.c_str(),
+              current.hierarchical.c_str());
+  std::printf("  a set on one host:    %s\n",
+              current.shm == "off" ? "the plane's own allreduce" : "shared memory");
+  std::printf("  a set across hosts:   %s\n",
+              current.hierarchical == "off"  ? "the plane's own allreduce, flat (one collective over every rank)"
+              : current.hierarchical == "on" ? "hierarchical wherever a host holds two of its ranks: shared "
+                                               "memory inside each host, the plane across"
+                                             : "hierarchical from 1 MiB wherever a host holds two of its ranks "
+                                               "(shared memory inside each host, the plane across); below, the "
+                                               "plane's own");
+  std::printf("  (HORA_LOG_LEVEL=info logs each set's choice; a timeline's operations carry \"algorithm\")\n\n");
   std::printf("%-24s %-10s %-12s %s\n", "knob", "default", "current", "meaning");
   for (const hora::KnobSpec &k : hora::knobTable()) {
     std::string value = k.show(current);

@@ -116,7 +116,9 @@ std::unique_ptr<Backend> createCpuBackend(const Knobs &knobs, Bootstrap &bootstr
       // Every rank got the same answer above (wrapWithShm agrees on it), so all try this too.
       std::string flat;
       backend = wrapHierarchical(std::move(backend), bootstrap, group, knobs, &flat);
-      if (!flat.empty()) HORA_LOG(kInfo) << "hierarchical allreduce off: " << flat;
+      if (!flat.empty()) {
+        HORA_LOG(kInfo) << "hierarchical allreduce off: " << flat;
+      }
       return backend;
     }
     tried += detail::concat(tried.empty() ? "" : "; ", c.name, ": ", why);

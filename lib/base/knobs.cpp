@@ -362,6 +362,11 @@ const std::vector<OtherVariable> kOtherVariables = {
      "tuning of the UCX plane (lib/backends/ucx; docs/ucx.md): HORA_UCX_SPIN_US (how long a wait "
      "polls before it sleeps, 50), HORA_UCX_SMALL_KB (largest recursive-doubling allreduce, 64), "
      "HORA_UCX_CHUNK_KB (pipeline chunk of the ring and the broadcast chain, 256)"},
+    {"HORA_HIER_OWNERS",
+     "lib/backends/hier/hier_backend.cpp (docs/hierarchical.md): ranks per host that carry the "
+     "shares of a hierarchical allreduce across hosts, at most the fewest any host holds (the "
+     "default); 1 is Horovod's hierarchical allreduce (reduce to one rank per host, allreduce "
+     "among those, broadcast inside each host)"},
 };
 
 std::string upper(std::string text) {

@@ -107,6 +107,9 @@ class Backend {
   // The bell for this rank's engine, or nullptr (the engine then backs off on a timer). Owned by
   // the backend and valid while it lives.
   virtual PeerBell *peerBell() { return nullptr; }
+  // How the last collective ran, where the backend chooses among algorithms ("hierarchical",
+  // "flat"): static text for the timeline, or nullptr.
+  virtual const char *lastAlgorithm() const { return nullptr; }
   // root's bytes replace everyone else's.
   virtual void broadcast(void *buf, int64_t bytes, int root) = 0;
   // out = concatenation over ranks of each rank's in; bytesPerRank[r] is rank r's length.

@@ -433,7 +433,7 @@ void SetEngine::trace(const std::vector<Request *> &requests, OpType opType,
     }
     timeline_->tensorPhase(id_, r->name(), op, began, ended);
   }
-  timeline_->operation(id_, op, tensors, bytes, began, ended);
+  timeline_->operation(id_, op, tensors, bytes, began, ended, parts_.backend->lastAlgorithm());
 }
 
 void SetEngine::executeOnDevice(const std::vector<Request *> &requests,

@@ -123,10 +123,10 @@ void Timeline::tensorPhase(int32_t set, const std::string &tensor, const char *p
 }
 
 void Timeline::operation(int32_t set, const char *op, int tensors, int64_t bytes,
-                         Clock::time_point begin, Clock::time_point end) {
+                         Clock::time_point begin, Clock::time_point end, const char *algorithm) {
   std::unique_lock<std::mutex> lock(mutex_);
   if (!active_.load(std::memory_order_relaxed)) return;
-  events_.push_back({rowLocked(set, ""), op, sinceEpochNs(begin), sinceEpochNs(end), bytes, tensors});
+  events_.push_back({rowLocked(set, ""), op, sinceEpochNs(begin), sinceEpochNs(end), bytes, tensors, algorithm});
   if (events_.size() >= kFlushEvents) wake_.notify_one();
 }
 
@@ -176,9 +176,10 @@ void Timeline::flush(std::vector<Event> &events, std::vector<std::pair<uint32_t,
     appendMicros(out, std::max<int64_t>(0, e.endNs - e.beginNs));
     if (e.bytes >= 0) {
       const double seconds = static_cast<double>(std::max<int64_t>(1, e.endNs - e.beginNs)) * 1e-9;
-      char args[128];
-      snprintf(args, sizeof args, ",\"args\":{\"tensors\":%d,\"bytes\":%lld,\"GB/s\":%.3f}", e.tensors,
-               static_cast<long long>(e.bytes), static_cast<double>(e.bytes) / seconds * 1e-9);
+      char args[192];
+      snprintf(args, sizeof args, ",\"args\":{\"tensors\":%d,\"bytes\":%lld,\"GB/s\":%.3f%s%s%s}", e.tensors,
+               static_cast<long long>(e.bytes), static_cast<double>(e.bytes) / seconds * 1e-9,
+               e.algorithm ? ",\"algorithm\":\"" : "", e.algorithm ? e.algorithm : "", e.algorithm ? "\"" : "");
       out += args;
     }
     out += '}';

@@ -55,9 +55,10 @@ class Timeline {
   void tensorPhase(int32_t set, const std::string &tensor, const char *phase, Clock::time_point begin,
                    Clock::time_point end);
   // One backend operation of process set `set` on the set's engine row: `tensors` tensors,
-  // `bytes` bytes per rank; the bandwidth is bytes / duration.
+  // `bytes` bytes per rank; the bandwidth is bytes / duration. `algorithm` (static text, or
+  // nullptr): how the backend ran it, from Backend::lastAlgorithm.
   void operation(int32_t set, const char *op, int tensors, int64_t bytes, Clock::time_point begin,
-                 Clock::time_point end);
+                 Clock::time_point end, const char *algorithm = nullptr);
   // A step inside an operation (fusion copy in, collective, copy out) on the engine row.
   void step(int32_t set, const char *what, Clock::time_point begin, Clock::time_point end);
 
@@ -68,6 +69,7 @@ class Timeline {
     int64_t beginNs, endNs;
     int64_t bytes;     // -1: not an operation
     int32_t tensors;
+    const char *algorithm = nullptr;  // static text
   };
   void stopLocked();  // startStop_ held
   uint32_t rowLocked(int32_t set, const std::string &label);

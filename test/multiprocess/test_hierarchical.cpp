@@ -5,8 +5,9 @@
 // host (hosts hold different numbers of the set's ranks), and one host's ranks plus one rank of
 // every other host (one rank per host carries the shares). Every dtype x op, in place and out of
 // place, from one element to several pipeline windows cut into uneven shares, with pre/post
-// scaling and many tensors fused into one operation; every element is checked against a value
-// computed here, and every rank of a set must hold the same bytes. On one host (mpirun, CI's
+// scaling and many tensors fused into one operation; allgather with uneven blocks and broadcast
+// from every root, which go hierarchical too; every element is checked against a value computed
+// here, and every rank of a set must hold the same bytes. On one host (mpirun, CI's
 // multiprocess suite) the same sets run flat, which checks the test itself.
 #include <hora/hora.h>
 
@@ -24,7 +25,9 @@
 
 namespace {
 
+using mp::AllgatherCase;
 using mp::AllreduceCase;
+using mp::BroadcastCase;
 using mp::Case;
 using mp::DType;
 using mp::HostTensor;
@@ -183,6 +186,31 @@ TEST_F(Hierarchical, PrescaleAndPostscale) {
           const std::string tag = s.name + "." + dt.name + "." + mp::opName(op) + "." + std::to_string(count);
           cases.push_back(std::make_unique<OutOfPlaceCase>("hier.scaled." + tag, s.id, dt, count, op,
                                                            salt++, 0.5, 4.0));
+        }
+      }
+    }
+    for (auto &c : cases) c->submit();
+    for (auto &c : cases) c->check();
+  }
+}
+
+// Allgather (gathered inside each host, exchanged once per host, shared inside) with blocks that
+// differ per rank, some empty, small and past a MiB; broadcast from every root of the set.
+TEST_F(Hierarchical, AllgatherAndBroadcast) {
+  for (const Set &s : sets_) {
+    if (!member(s)) continue;
+    const int n = static_cast<int>(s.ranks.size());
+    std::vector<std::unique_ptr<Case>> cases;
+    int64_t salt = 11;
+    for (const DType &dt : {mp::dtypeNamed("uint8"), mp::f32(), mp::f64()}) {
+      for (int64_t width : {int64_t{3}, int64_t{70001}}) {
+        const std::string tag = s.name + "." + dt.name + "." + std::to_string(width);
+        cases.push_back(std::make_unique<AllgatherCase>(
+            "hier.gather." + tag, s.id, dt, [](int r) { return static_cast<int64_t>((r * 5 + 2) % 4); },
+            std::vector<int64_t>{width}, salt++));
+        for (int root = 0; root < n; ++root) {
+          cases.push_back(std::make_unique<BroadcastCase>("hier.bcast." + tag + "." + std::to_string(root), s.id, dt,
+                                                          std::vector<int64_t>{2, width}, root, salt++));
         }
       }
     }

@@ -3,6 +3,7 @@
 #include "backends/hier/hier_backend.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 
 #include "backends/registry.h"
@@ -10,6 +11,7 @@
 #include "backends/shm/shm_channel.h"
 #include "backends/shm/shm_segment.h"
 #include "base/error.h"
+#include "core/kernels.h"
 #include "base/logging.h"
 #include "base/process.h"
 
@@ -84,13 +86,17 @@ constexpr int64_t kAutoMinBytes = 1 << 20;
 class HierBackend final : public Backend {
  public:
   HierBackend(std::unique_ptr<Backend> inner, std::unique_ptr<Group> local,
-              std::unique_ptr<ShmChannel> channel, std::unique_ptr<Group> cross,
-              std::unique_ptr<Backend> crossPlane, int owners, bool always, const std::string &layout)
+              std::unique_ptr<ShmChannel> channel, std::unique_ptr<Backend> localPlane,
+              std::unique_ptr<Group> cross, std::unique_ptr<Backend> crossPlane, int owners, bool always,
+              const Layout &layout, int rank)
       : inner_(std::move(inner)),
         local_(std::move(local)),
         channel_(std::move(channel)),
+        localPlane_(std::move(localPlane)),
         cross_(std::move(cross)),
         crossPlane_(std::move(crossPlane)),
+        layout_(layout),
+        rank_(rank),
         allreduce_(*channel_, owners,
                    [this](void *buf, int64_t count, DType dtype, ReduceOp op) {
                      crossPlane_->allreduce(buf, buf, count, dtype, op);
@@ -98,7 +104,11 @@ class HierBackend final : public Backend {
                    /*halfAcross=*/false),
         always_(always),
         caps_(inner_->caps()) {
-    name_ = detail::concat(inner_->name(), "+hier(", layout, "; ", owners, " owner",
+    for (size_t r = 0; r < layout_.host.size(); ++r) {
+      hostRanks_.resize(static_cast<size_t>(layout_.hosts()));
+      hostRanks_[static_cast<size_t>(layout_.host[r])].push_back(static_cast<int>(r));
+    }
+    name_ = detail::concat(inner_->name(), "+hier(", layout_.describe(), "; ", owners, " owner",
                            owners == 1 ? "" : "s", " per host across ",
                            crossPlane_ ? crossPlane_->name() : "-", ")");
   }
@@ -117,22 +127,77 @@ class HierBackend final : public Backend {
   // the vector; every rank sees the same count, so all choose alike.
   void allreduce(const void *in, void *out, int64_t count, DType dtype, ReduceOp op) override {
     if (!always_ && count * static_cast<int64_t>(dtypeSize(dtype)) < kAutoMinBytes) {
+      last_ = "flat";
       inner_->allreduce(in, out, count, dtype, op);
       return;
     }
+    last_ = "hierarchical";
     allreduce_.run({{in, out, count}}, dtype, op, 1.0, 1.0);
   }
+  const char *lastAlgorithm() const override { return last_; }
+  bool leader() const { return layout_.localIndex[static_cast<size_t>(rank_)] == 0; }
 
-  void broadcast(void *buf, int64_t bytes, int root) override { inner_->broadcast(buf, bytes, root); }
+  // Hierarchical: the root's host shares it, its local rank 0 sends it to local rank 0 of every
+  // other host (the cross plane of local index 0, where rank h is host h), which shares it: the
+  // buffer crosses into each host once.
+  void broadcast(void *buf, int64_t bytes, int root) override {
+    if (!always_ && bytes < kAutoMinBytes) {
+      last_ = "flat";
+      inner_->broadcast(buf, bytes, root);
+      return;
+    }
+    last_ = "hierarchical";
+    const int myHost = layout_.host[static_cast<size_t>(rank_)];
+    const int rootHost = layout_.host[static_cast<size_t>(root)];
+    if (myHost == rootHost) localPlane_->broadcast(buf, bytes, layout_.localIndex[static_cast<size_t>(root)]);
+    if (leader()) crossPlane_->broadcast(buf, bytes, rootHost);
+    if (myHost != rootHost) localPlane_->broadcast(buf, bytes, 0);
+  }
+
+  // Hierarchical: the blocks of each host gathered inside it, one exchange among local rank 0 of
+  // every host (each host's blocks cross each link once, where a flat allgather sends every block
+  // to every rank of a host separately), then shared inside each host.
   void allgatherv(const void *in, void *out, const std::vector<int64_t> &bytesPerRank) override {
-    inner_->allgatherv(in, out, bytesPerRank);
+    int64_t total = 0;
+    for (int64_t b : bytesPerRank) total += b;
+    if (!always_ && total < kAutoMinBytes) {
+      last_ = "flat";
+      inner_->allgatherv(in, out, bytesPerRank);
+      return;
+    }
+    last_ = "hierarchical";
+    const int myHost = layout_.host[static_cast<size_t>(rank_)];
+    std::vector<int64_t> localBytes, hostBytes(hostRanks_.size(), 0);
+    for (int r : hostRanks_[static_cast<size_t>(myHost)]) localBytes.push_back(bytesPerRank[static_cast<size_t>(r)]);
+    for (size_t h = 0; h < hostRanks_.size(); ++h) {
+      for (int r : hostRanks_[h]) hostBytes[h] += bytesPerRank[static_cast<size_t>(r)];
+    }
+    hostBlocks_.resize(static_cast<size_t>(hostBytes[static_cast<size_t>(myHost)]));
+    all_.resize(static_cast<size_t>(total));
+    // `in` may lie inside `out` (the engine's in-place form): it is read here only.
+    localPlane_->allgatherv(in, hostBlocks_.data(), localBytes);
+    if (leader()) crossPlane_->allgatherv(hostBlocks_.data(), all_.data(), hostBytes);
+    localPlane_->broadcast(all_.data(), total, 0);
+    // all_ holds the blocks host by host; out wants them in set-rank order.
+    std::vector<int64_t> offset(bytesPerRank.size() + 1, 0);
+    for (size_t r = 0; r < bytesPerRank.size(); ++r) offset[r + 1] = offset[r] + bytesPerRank[r];
+    int64_t at = 0;
+    for (const std::vector<int> &ranks : hostRanks_) {
+      for (int r : ranks) {
+        const int64_t b = bytesPerRank[static_cast<size_t>(r)];
+        if (b > 0) copyBytes(static_cast<char *>(out) + offset[static_cast<size_t>(r)], all_.data() + at, static_cast<size_t>(b));
+        at += b;
+      }
+    }
   }
   void alltoallv(const void *in, const std::vector<int64_t> &sendBytes, void *out,
                  const std::vector<int64_t> &recvBytes) override {
+    last_ = "flat";
     inner_->alltoallv(in, sendBytes, out, recvBytes);
   }
   void reducescatter(const void *in, void *out, const std::vector<int64_t> &counts, DType dtype,
                      ReduceOp op) override {
+    last_ = "flat";
     inner_->reducescatter(in, out, counts, dtype, op);
   }
 
@@ -140,12 +205,18 @@ class HierBackend final : public Backend {
   std::unique_ptr<Backend> inner_;
   std::unique_ptr<Group> local_;
   std::unique_ptr<ShmChannel> channel_;  // over local_
+  std::unique_ptr<Backend> localPlane_;  // over local_: allgather and broadcast inside the host
   std::unique_ptr<Group> cross_;         // nullptr on ranks that own no share
-  std::unique_ptr<Backend> crossPlane_;  // over cross_
+  std::unique_ptr<Backend> crossPlane_;  // over cross_ (local index 0: every host's first rank)
+  const Layout layout_;
+  const int rank_;                              // in the set
+  std::vector<std::vector<int>> hostRanks_;     // by host: its ranks, in rank order
+  std::vector<char> hostBlocks_, all_;          // allgatherv's staging
   HierAllreduce allreduce_;
   const bool always_;  // HORA_HIERARCHICAL=on
   BackendCaps caps_;
   std::string name_;
+  const char *last_ = nullptr;  // lastAlgorithm()
 };
 
 }  // namespace
@@ -173,7 +244,12 @@ std::unique_ptr<Backend> wrapHierarchical(std::unique_ptr<Backend> inner, Bootst
   const int me = control.rank();
   const int host = layout.host[static_cast<size_t>(me)];
   const int local = layout.localIndex[static_cast<size_t>(me)];
-  const int owners = layout.fewest();
+  // HORA_HIER_OWNERS narrows it (1: Horovod's way); the same environment on every rank.
+  int owners = layout.fewest();
+  if (const char *env = std::getenv("HORA_HIER_OWNERS")) {
+    const int asked = std::atoi(env);
+    if (asked >= 1) owners = std::min(owners, asked);
+  }
   // Both splits on every rank, in this order, whatever happens after: they are collective.
   std::unique_ptr<Group> localGroup = bootstrap.splitGroup(group, host, me);
   std::unique_ptr<Group> crossGroup = bootstrap.splitGroup(group, local < owners ? local : -1, host);
@@ -188,6 +264,24 @@ std::unique_ptr<Backend> wrapHierarchical(std::unique_ptr<Backend> inner, Bootst
   auto channel = std::make_unique<ShmChannel>(std::move(segment), localGroup->rank(), localGroup->size(),
                                               knobs.timeoutS);
   channel->connect(localGroup->control());
+  // Inside the host, allgather and broadcast go through a plane of the host's ranks: hora's own
+  // choice whatever HORA_CPU_BACKEND says (UCX, whose shared-memory transports it then picks,
+  // where built), since that knob is about the network.
+  std::unique_ptr<Backend> localPlane;
+  {
+    Knobs inside = knobs;
+    inside.cpuBackend = "auto";
+    inside.hierarchical = "off";
+    try {
+      localPlane = createCpuBackend(inside, bootstrap, *localGroup);
+    } catch (const Error &e) {
+      failure = e.what();
+    }
+  }
+  if (!everyRank(control, localPlane != nullptr, failure, why)) {
+    *why = "no plane inside a host (" + *why + ")";
+    return inner;
+  }
   std::unique_ptr<Backend> crossPlane;
   if (crossGroup) {
     try {
@@ -206,8 +300,8 @@ std::unique_ptr<Backend> wrapHierarchical(std::unique_ptr<Backend> inner, Bootst
                   << " the shares across hosts"
                   << (crossPlane ? detail::concat(" (this rank, on ", crossPlane->name(), ")") : "");
   return std::make_unique<HierBackend>(std::move(inner), std::move(localGroup), std::move(channel),
-                                       std::move(crossGroup), std::move(crossPlane), owners,
-                                       knobs.hierarchical == "on", where);
+                                       std::move(localPlane), std::move(crossGroup), std::move(crossPlane),
+                                       owners, knobs.hierarchical == "on", layout, me);
 }
 
 }  // namespace hora

@@ -90,7 +90,9 @@ class EnvWorld final : public Bootstrap {
   }
 
   // The parent's rank 0 names the split (its store prefix, unique in the job); each color's
-  // group then meets under that prefix.
+  // group then meets under that prefix, over a store connection of its own: sets split on their
+  // own threads at once, and one connection would hold one set's wait for its peers while
+  // another set's peers wait for this process (a deadlock until the timeout).
   std::unique_ptr<Group> splitGroup(Group &parent, int color, int key) override {
     ControlPlane &control = parent.control();
     std::string name;
@@ -98,8 +100,8 @@ class EnvWorld final : public Bootstrap {
     control.broadcastFromRoot(name);
     const SplitPlace place = splitPlace(control, color, key);
     if (color < 0) return nullptr;
-    return createStoreGroup(rv_.store, rv_.prefix + name + "/" + std::to_string(color) + "/", place.rank,
-                            place.size, localAddress_, timeoutS_);
+    return createStoreGroup(rv_.store->reconnect(), rv_.prefix + name + "/" + std::to_string(color) + "/",
+                            place.rank, place.size, localAddress_, timeoutS_);
   }
 
  private:
@@ -108,7 +110,7 @@ class EnvWorld final : public Bootstrap {
   Rendezvous rv_;
   std::string localAddress_;
   uint64_t sets_ = 0;
-  uint64_t splits_ = 0;  // splits this rank named as some parent's rank 0
+  std::atomic<uint64_t> splits_{0};  // splits this rank named as some parent's rank 0 (any set's thread)
 };
 
 }  // namespace

@@ -994,6 +994,10 @@ int msUntil(Clock::time_point deadline) {
 
 }  // namespace
 
+std::shared_ptr<TcpStoreClient> TcpStoreClient::reconnect() const {
+  return std::make_shared<TcpStoreClient>(host_, port_, timeoutS_, options_);
+}
+
 TcpStoreClient::TcpStoreClient(const std::string &host, int port, double timeoutS,
                                StoreClientOptions options)
     : host_(host),

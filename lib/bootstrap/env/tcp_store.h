@@ -74,6 +74,11 @@ class TcpStoreClient {
   TcpStoreClient(const TcpStoreClient &) = delete;
   TcpStoreClient &operator=(const TcpStoreClient &) = delete;
 
+  // A second connection to the same store, as this one was made (token, session, timeout): a
+  // thread that waits on keys holds its connection for the wait, so threads whose waits depend on
+  // each other's progress (process sets forming groups at once) need one each.
+  std::shared_ptr<TcpStoreClient> reconnect() const;
+
   void set(const std::string &key, const std::string &value);
   // Blocks until the key exists; Error(HORA_ERR_TIMEOUT) naming the key after timeoutS.
   std::string get(const std::string &key);
