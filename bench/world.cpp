@@ -225,7 +225,7 @@ bool knownPlane(const std::string &name) {
   const std::string plane = name.substr(0, name.find(':'));
   const std::string mode = name.find(':') == std::string::npos ? "" : name.substr(name.find(':') + 1);
   return (plane == "mpi" || plane == "gloo" || plane == "ucx" || plane == "auto") &&
-         (mode.empty() || mode == "hier" || mode == "flat");
+         (mode.empty() || mode == "hier" || mode == "flat" || mode == "horovod");
 }
 
 const std::string &launchedBackend() { return gLaunchedBackend; }
@@ -256,8 +256,8 @@ std::vector<std::string> parsePlanes(const std::string &text, std::string *error
     if (comma == std::string::npos) comma = text.size();
     const std::string p = text.substr(start, comma - start);
     if (!knownPlane(p)) {
-      *error = "unknown plane '" + p + "' (mpi, gloo, ucx or auto, each optionally with :hier or "
-               ":flat, comma-separated)";
+      *error = "unknown plane '" + p + "' (mpi, gloo, ucx or auto, each optionally with :hier, "
+               ":flat or :horovod, comma-separated)";
       return {};
     }
     if (std::find(planes.begin(), planes.end(), p) != planes.end()) {
@@ -274,13 +274,18 @@ bool startPlane(const std::string &plane, const std::string &timeline, std::stri
   stopHora();
   const size_t colon = plane.find(':');
   setenv("HORA_CPU_BACKEND", plane.substr(0, colon).c_str(), 1);
-  const char *hier = std::getenv("HORA_HIERARCHICAL");
-  const bool hadHier = hier != nullptr;
-  const std::string launchedHier = hadHier ? hier : "";
-  if (colon != std::string::npos) setenv("HORA_HIERARCHICAL", plane.substr(colon + 1) == "hier" ? "on" : "off", 1);
+  // PLANE:hier, PLANE:flat: HORA_HIERARCHICAL=on / off; PLANE:horovod: on, with one rank per host
+  // carrying everything across (Horovod's hierarchical allreduce, HORA_HIER_OWNERS=1).
+  const char *hier = std::getenv("HORA_HIERARCHICAL"), *owners = std::getenv("HORA_HIER_OWNERS");
+  const bool hadHier = hier != nullptr, hadOwners = owners != nullptr;
+  const std::string launchedHier = hadHier ? hier : "", launchedOwners = hadOwners ? owners : "";
+  const std::string mode = colon == std::string::npos ? "" : plane.substr(colon + 1);
+  if (!mode.empty()) setenv("HORA_HIERARCHICAL", mode == "flat" ? "off" : "on", 1);
+  if (mode == "horovod") setenv("HORA_HIER_OWNERS", "1", 1);
   if (!timeline.empty()) setenv("HORA_TIMELINE", timeline.c_str(), 1);
   const hora_status_t st = hora_init();
   setOrUnset("HORA_HIERARCHICAL", hadHier, launchedHier);
+  setOrUnset("HORA_HIER_OWNERS", hadOwners, launchedOwners);
   std::string why;
   if (st != HORA_SUCCESS) {
     why = std::string(hora_status_string(st)) + ": " + hora_last_error();

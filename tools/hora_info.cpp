@@ -140,9 +140,9 @@ int main(int argc, char **argv) {
               current.hierarchical == "off"  ? "the plane's own allreduce, flat (one collective over every rank)"
               : current.hierarchical == "on" ? "hierarchical wherever a host holds two of its ranks: shared "
                                                "memory inside each host, the plane across"
-                                             : "hierarchical from 1 MiB wherever a host holds two of its ranks "
-                                               "(shared memory inside each host, the plane across); below, the "
-                                               "plane's own");
+                                             : "hierarchical wherever a host holds two of its ranks, from the "
+                                               "size a model measured as the set forms gives (shared memory "
+                                               "inside each host, the plane across); below, the plane's own");
   std::printf("  (HORA_LOG_LEVEL=info logs each set's choice; a timeline's operations carry \"algorithm\")\n\n");
   std::printf("%-24s %-10s %-12s %s\n", "knob", "default", "current", "meaning");
   for (const hora::KnobSpec &k : hora::knobTable()) {

@@ -126,9 +126,10 @@ const std::vector<KnobSpec> kTable = {
     {"HORA_HIERARCHICAL", "auto",
      "allreduce of a set whose ranks span hosts, where a host holds several: `on` reduces "
      "inside each host through shared memory, then across hosts one share per rank (the "
-     "fewest ranks any host holds carry the shares), then shares the result inside each host; "
-     "`auto` does so from 1 MiB and leaves smaller ones to the set's plane; `off`: one "
-     "collective of the plane",
+     "fewest ranks any host holds carry the shares), then shares the result inside each host "
+     "(allgather and broadcast likewise cross each host's link once); `auto` does so from the "
+     "size where a cost model measured on the set as it forms says it pays, and leaves smaller "
+     "ones to the set's plane; `off`: one collective of the plane over every rank",
      [](const std::string &t, Knobs &k, std::string *why) {
        return parseChoice(t, {"auto", "on", "off"}, &k.hierarchical, why);
      },
@@ -329,9 +330,8 @@ const std::vector<KnobAlias> kAliases = {
        return AliasUse::kSets;
      }},
     {"HOROVOD_HIERARCHICAL_ALLGATHER", nullptr,
-     "hora has no hierarchical allgather; allgather runs as one collective of the plane (UCX: "
-     "every pair exchanges its blocks directly; CUDA tensors: one NCCL collective) on one host "
-     "and across hosts alike",
+     "no switch of its own: allgather and broadcast follow `HORA_HIERARCHICAL` (across hosts, "
+     "gathered inside each host and exchanged once per host); CUDA tensors: one NCCL collective",
      [](const std::string &t, std::string *, std::string *why) { return horovodSwitch(t, why); }},
 };
 

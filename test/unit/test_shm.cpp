@@ -160,6 +160,35 @@ TEST(ShmBarrier, AwaitPeersTimesOutNamingTheLaggard) {
   }
 }
 
+// A peer that gives up (its step across hosts failed) fails every rank waiting for it at once,
+// with its status, at a barrier or a progress wait, long before the timeout; a rank it does not
+// hold up is not affected.
+TEST(ShmBarrier, APeerThatFailedFailsItsWaitersAtOnce) {
+  auto state = std::make_unique<ShmBarrierState>();
+  const std::vector<int> pids = {getpid(), getpid(), getpid()};
+  ShmBarrier waiter(state.get(), 0, pids, 60.0, false);
+  ShmBarrier failing(state.get(), 2, pids, 60.0, false);
+  state->progress[1].stage[3].store(5);
+  state->progress[2].stage[3].store(4);
+  std::thread fails([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    failing.fail(HORA_ERR_PEER_LOST);
+  });
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    waiter.awaitPeers(3, 5, "hierarchical allreduce (gather)");
+    FAIL() << "returned while rank 2 was behind";
+  } catch (const Error &e) {
+    EXPECT_EQ(e.status(), HORA_ERR_PEER_LOST) << e.message();
+    EXPECT_NE(e.message().find("rank 2 of this host failed"), std::string::npos) << e.message();
+  }
+  fails.join();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
+  // Once rank 2 is past what rank 0 waits for, its failure holds nobody up.
+  state->progress[2].stage[3].store(6);
+  EXPECT_NO_THROW(waiter.awaitPeers(3, 5, "hierarchical allreduce (gather)"));
+}
+
 // Rank 0 bounces a line with each peer in turn, as the shared-memory backend's probe does; every
 // call returns a plausible round trip and none is left waiting.
 TEST(ShmBarrier, PingPongTimesARoundTripWithEachPeer) {

@@ -3,6 +3,8 @@
 #include "backends/hier/hier_backend.h"
 
 #include <algorithm>
+#include <chrono>
+#include <climits>
 #include <cstdlib>
 #include <map>
 
@@ -78,10 +80,8 @@ bool everyRank(ControlPlane &control, bool ok, const std::string &why, std::stri
   return false;
 }
 
-// Below this many bytes an allreduce under HORA_HIERARCHICAL=auto stays with the set's plane:
-// its cost there is latency, which two extra shared-memory stages only add to (docs/hierarchical.md
-// has the measurements this comes from).
-constexpr int64_t kAutoMinBytes = 1 << 20;
+// HORA_HIERARCHICAL=auto, before the calibration below has run: no hierarchy.
+constexpr int64_t kNever = INT64_MAX;
 
 class HierBackend final : public Backend {
  public:
@@ -126,7 +126,7 @@ class HierBackend final : public Backend {
   // The engine has packed, prescaled and (for float16/bfloat16 the planes do not reduce) widened
   // the vector; every rank sees the same count, so all choose alike.
   void allreduce(const void *in, void *out, int64_t count, DType dtype, ReduceOp op) override {
-    if (!always_ && count * static_cast<int64_t>(dtypeSize(dtype)) < kAutoMinBytes) {
+    if (!always_ && count * static_cast<int64_t>(dtypeSize(dtype)) < threshold_) {
       last_ = "flat";
       inner_->allreduce(in, out, count, dtype, op);
       return;
@@ -135,13 +135,80 @@ class HierBackend final : public Backend {
     allreduce_.run({{in, out, count}}, dtype, op, 1.0, 1.0);
   }
   const char *lastAlgorithm() const override { return last_; }
+
+  // HORA_HIERARCHICAL=auto: from how many bytes a collective goes hierarchical. Each path's time
+  // is modelled as a + b x bytes, both measured here on this set (after a warm-up, the median
+  // of three runs back to back at 64 B and at 4 MiB, flat on the plane and hierarchical: a
+  // shaped link lets a burst through at line rate, which a smaller or a best-of size would
+  // mistake for its speed); the hierarchy pays where its smaller per-byte cost (fewer bytes
+  // cross the hosts' links) has repaid its larger fixed cost (two hand-offs through shared
+  // memory): from (a_h - a_f) / (b_f - b_h) bytes, never if b_h >= b_f. Rank 0's figures decide
+  // for every rank. Collective over the set, once, before any other call.
+  std::string calibrate(ControlPlane &control) {
+    constexpr int64_t kSmall = 16, kBig = 1 << 20;  // float32 elements: 64 B and 4 MiB
+    std::vector<float> buf(static_cast<size_t>(kBig), 1.0f);
+    auto once = [&](bool hier, int64_t n) {
+      const auto t0 = std::chrono::steady_clock::now();
+      if (hier) {
+        allreduce_.run({{buf.data(), buf.data(), n}}, DType::kFloat32, ReduceOp::kMax, 1.0, 1.0);
+      } else {
+        inner_->allreduce(buf.data(), buf.data(), n, DType::kFloat32, ReduceOp::kMax);
+      }
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
+    auto median = [&](bool hier, int64_t n) {
+      std::vector<double> times;
+      for (int rep = 0; rep < 3; ++rep) times.push_back(once(hier, n));
+      std::sort(times.begin(), times.end());
+      return times[1];
+    };
+    // Untimed first: the planes' connections are fresh (TCP starts slow, UCX connects lazily)
+    // and the scratch buffers unfaulted, which once made the hierarchy look no faster per byte.
+    once(false, kBig);
+    once(true, kBig);
+    const double fs = median(false, kSmall), hs = median(true, kSmall);
+    const double fb = median(false, kBig), hb = median(true, kBig);
+    const double bytes = static_cast<double>((kBig - kSmall) * 4);
+    const double bf = (fb - fs) / bytes, bh = (hb - hs) / bytes;
+    std::string verdict;
+    if (control.rank() == 0) {
+      double from = 0;
+      if (bh >= bf) {
+        from = -1;
+      } else if (hs > fs) {
+        from = (hs - fs) / (bf - bh);
+      }
+      verdict = from < 0 ? std::string("never") : std::to_string(static_cast<int64_t>(from)) + " bytes";
+      verdict += detail::concat(" (measured: plane ", static_cast<int>(fs * 1e6), " us + ", bf * 1e9,
+                                " ns/B, hierarchical ", static_cast<int>(hs * 1e6), " us + ", bh * 1e9, " ns/B)");
+    }
+    control.broadcastFromRoot(verdict);
+    threshold_ = verdict.rfind("never", 0) == 0 ? kNever : std::stoll(verdict);
+    return verdict;
+  }
   bool leader() const { return layout_.localIndex[static_cast<size_t>(rank_)] == 0; }
+
+  // The leader's step across hosts, then a barrier of the host's ranks on the segment: a leader
+  // whose step failed marks the segment, and the host's other ranks fail at once with its status
+  // rather than wait in the plane inside the host for HORA_TIMEOUT_S.
+  template <typename Step>
+  void acrossThenMeet(const char *what, Step step) {
+    if (leader()) {
+      try {
+        step();
+      } catch (const Error &e) {
+        channel_->barrier().fail(e.status());
+        throw;
+      }
+    }
+    channel_->barrier().wait(what);
+  }
 
   // Hierarchical: the root's host shares it, its local rank 0 sends it to local rank 0 of every
   // other host (the cross plane of local index 0, where rank h is host h), which shares it: the
   // buffer crosses into each host once.
   void broadcast(void *buf, int64_t bytes, int root) override {
-    if (!always_ && bytes < kAutoMinBytes) {
+    if (!always_ && bytes < threshold_) {
       last_ = "flat";
       inner_->broadcast(buf, bytes, root);
       return;
@@ -150,7 +217,7 @@ class HierBackend final : public Backend {
     const int myHost = layout_.host[static_cast<size_t>(rank_)];
     const int rootHost = layout_.host[static_cast<size_t>(root)];
     if (myHost == rootHost) localPlane_->broadcast(buf, bytes, layout_.localIndex[static_cast<size_t>(root)]);
-    if (leader()) crossPlane_->broadcast(buf, bytes, rootHost);
+    acrossThenMeet("hierarchical broadcast", [&] { crossPlane_->broadcast(buf, bytes, rootHost); });
     if (myHost != rootHost) localPlane_->broadcast(buf, bytes, 0);
   }
 
@@ -160,7 +227,7 @@ class HierBackend final : public Backend {
   void allgatherv(const void *in, void *out, const std::vector<int64_t> &bytesPerRank) override {
     int64_t total = 0;
     for (int64_t b : bytesPerRank) total += b;
-    if (!always_ && total < kAutoMinBytes) {
+    if (!always_ && total < threshold_) {
       last_ = "flat";
       inner_->allgatherv(in, out, bytesPerRank);
       return;
@@ -176,7 +243,8 @@ class HierBackend final : public Backend {
     all_.resize(static_cast<size_t>(total));
     // `in` may lie inside `out` (the engine's in-place form): it is read here only.
     localPlane_->allgatherv(in, hostBlocks_.data(), localBytes);
-    if (leader()) crossPlane_->allgatherv(hostBlocks_.data(), all_.data(), hostBytes);
+    acrossThenMeet("hierarchical allgather",
+                   [&] { crossPlane_->allgatherv(hostBlocks_.data(), all_.data(), hostBytes); });
     localPlane_->broadcast(all_.data(), total, 0);
     // all_ holds the blocks host by host; out wants them in set-rank order.
     std::vector<int64_t> offset(bytesPerRank.size() + 1, 0);
@@ -217,6 +285,7 @@ class HierBackend final : public Backend {
   BackendCaps caps_;
   std::string name_;
   const char *last_ = nullptr;  // lastAlgorithm()
+  int64_t threshold_ = kNever;  // HORA_HIERARCHICAL=auto: from calibrate()
 };
 
 }  // namespace
@@ -299,9 +368,13 @@ std::unique_ptr<Backend> wrapHierarchical(std::unique_ptr<Backend> inner, Bootst
                   << (owners == 1 ? "" : "s") << " per host carr" << (owners == 1 ? "ies" : "y")
                   << " the shares across hosts"
                   << (crossPlane ? detail::concat(" (this rank, on ", crossPlane->name(), ")") : "");
-  return std::make_unique<HierBackend>(std::move(inner), std::move(localGroup), std::move(channel),
-                                       std::move(localPlane), std::move(crossGroup), std::move(crossPlane),
-                                       owners, knobs.hierarchical == "on", layout, me);
+  auto hier = std::make_unique<HierBackend>(std::move(inner), std::move(localGroup), std::move(channel),
+                                            std::move(localPlane), std::move(crossGroup), std::move(crossPlane),
+                                            owners, knobs.hierarchical == "on", layout, me);
+  if (knobs.hierarchical == "auto") {
+    HORA_LOG(kInfo) << "hierarchical collectives from " << hier->calibrate(control);
+  }
+  return hier;
 }
 
 }  // namespace hora

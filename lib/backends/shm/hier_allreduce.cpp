@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "base/error.h"
+
 namespace hora {
 namespace {
 
@@ -66,7 +68,14 @@ void HierAllreduce::run(const std::vector<Backend::Span> &spans, DType dtype, Re
   // narrowed in phase 3).
   if (owner()) {
     const int64_t count = offsets_.back();
-    if (count > 0) cross_(scratch_.data(), count, wide_ ? DType::kFloat32 : o.dtype, o.op);
+    if (count > 0) {
+      try {
+        cross_(scratch_.data(), count, wide_ ? DType::kFloat32 : o.dtype, o.op);
+      } catch (const Error &e) {
+        channel_.barrier().fail(e.status());  // the host's other ranks wait for this share
+        throw;
+      }
+    }
     if (!wide_) scaleInPlace(scratch_.data(), count, o.dtype, o.post);
   }
 

@@ -90,6 +90,11 @@ void ShmBarrier::block(const char *what, Ready ready, Behind behind) {
     if (ready()) return;
 
     for (size_t r = 0; r < pids_.size(); ++r) {
+      const int32_t failed = behind(r) ? state_->failed[r].load(std::memory_order_acquire) : 0;
+      if (failed != 0) {
+        HORA_THROW(static_cast<hora_status_t>(failed), "shared-memory ", what, ": rank ", r, " of this host failed its part (",
+                   statusString(static_cast<hora_status_t>(failed)), "; its log says why)");
+      }
       if (behind(r) && processGone(pids_[r])) {
         HORA_THROW(HORA_ERR_PEER_LOST, "shared-memory ", what, ": rank ", r, " (pid ", pids_[r],
                    ") has exited; ranks ", waitedFor(), " never arrived");
@@ -117,6 +122,11 @@ void ShmBarrier::wait(const char *what) {
   }
   block(what, [&] { return everyoneReached(epoch); },
         [&](size_t r) { return state_->reached[r].load(std::memory_order_acquire) < epoch; });
+}
+
+void ShmBarrier::fail(int status) {
+  state_->failed[rank_].store(status != 0 ? status : HORA_ERR_INTERNAL, std::memory_order_release);
+  wakeSleepers();
 }
 
 void ShmBarrier::publish(int stage, uint64_t value) {

@@ -49,6 +49,9 @@ struct ShmBarrierState {
     std::atomic<uint64_t> value;
   };
   PingLine ping[kMaxRanks];
+  // failed[r]: 0, or the hora_status_t with which rank r gave up an operation whose other part
+  // its peers wait for (ShmBarrier::fail); written once by rank r, read by waiters.
+  alignas(64) std::atomic<int32_t> failed[kMaxRanks];
 };
 
 static_assert(std::atomic<uint32_t>::is_always_lock_free && std::atomic<uint64_t>::is_always_lock_free,
@@ -74,6 +77,10 @@ class ShmBarrier {
   // wait()'s spin, sleep, timeout and lost-peer errors.
   void publish(int stage, uint64_t value);
   void awaitPeers(int stage, uint64_t value, const char *what);
+  // This rank has failed (`status`, from a step outside the segment its peers wait on, such as a
+  // hierarchical collective's exchange across hosts): every peer waiting for it, now or later,
+  // fails at once with that status instead of waiting out HORA_TIMEOUT_S.
+  void fail(int status);
 
   // Rank 0 and `peer` (called by both, at the same point of their sequence of operations) pass
   // one cache line back and forth about `rounds` times; returns the round trip in nanoseconds as
