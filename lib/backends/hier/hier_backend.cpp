@@ -372,7 +372,9 @@ std::unique_ptr<Backend> wrapHierarchical(std::unique_ptr<Backend> inner, Bootst
                                             std::move(localPlane), std::move(crossGroup), std::move(crossPlane),
                                             owners, knobs.hierarchical == "on", layout, me);
   if (knobs.hierarchical == "auto") {
-    HORA_LOG(kInfo) << "hierarchical collectives from " << hier->calibrate(control);
+    // Not inside the log statement: that is skipped below the info level.
+    const std::string verdict = hier->calibrate(control);
+    HORA_LOG(kInfo) << "hierarchical collectives from " << verdict;
   }
   return hier;
 }
