@@ -30,8 +30,7 @@ static_assert(kPublished < ShmBarrierState::kStages, "one progress counter per s
 // of its ranks.
 void HierAllreduce::run(const std::vector<Backend::Span> &spans, DType dtype, ReduceOp op, double pre,
                         double post) {
-  ShmOp o{0, dtype, op, pre, post, dtypeSize(dtype), 0};
-  for (const Backend::Span &s : spans) o.total += s.count;
+  ShmOp o = shmOpOver(spans, dtype, op, pre, post);
   if (o.total == 0) return;  // every rank agrees: the total is part of the response
   table_.assign(spans);
   o.seq = ++seq_;

@@ -30,6 +30,15 @@ struct ShmOp {
   int64_t unit() const { return std::max<int64_t>(1, 64 / static_cast<int64_t>(esize)); }
 };
 
+// The operation over `spans` as the algorithms see it: element size and count (seq stays 0 until
+// the caller numbers it).
+inline ShmOp shmOpOver(const std::vector<Backend::Span> &spans, DType dtype, ReduceOp op, double pre,
+                       double post) {
+  ShmOp o{0, dtype, op, pre, post, dtypeSize(dtype), 0};
+  for (const Backend::Span &s : spans) o.total += s.count;
+  return o;
+}
+
 // Writes this rank's descriptor of `o` for the peers to check; `spans` is what the single-copy
 // path publishes (ShmChannel::OpDescriptor::spans), 0 for the others.
 void announce(ShmChannel &channel, const ShmOp &o, uint32_t spans);
