@@ -442,6 +442,16 @@ class NcclExecutor final : public DeviceExecutor {
       std::lock_guard<std::mutex> lock(shared_->mutex);
       hostDone = shared_->done;
     }
+    // The communicator's asynchronous error first: a kernel that an error ended lets its stream
+    // go on, so its op's event completes, and retiring it before asking would report an op that
+    // failed (its output partial) as done.
+    if (!inFlight_.empty()) {
+      const int s = comm_.state();
+      if (s != kNcclSuccess && s != kNcclInProgress) {
+        comm_.fail(HORA_ERR_BACKEND, detail::concat(inFlight_.front().what, ": NCCL error ",
+                                                    api_.ncclErrorString(s)));
+      }
+    }
     while (!inFlight_.empty()) {
       InFlight &f = inFlight_.front();
       if (f.ticket > hostDone && !api_.eventDone(f.event)) break;
@@ -451,11 +461,6 @@ class NcclExecutor final : public DeviceExecutor {
       inFlight_.pop_front();
     }
     if (inFlight_.empty()) return finished_;
-    const int s = comm_.state();
-    if (s != kNcclSuccess && s != kNcclInProgress) {
-      comm_.fail(HORA_ERR_BACKEND, detail::concat(inFlight_.front().what, ": NCCL error ",
-                                                  api_.ncclErrorString(s)));
-    }
     const Clock::time_point now = Clock::now();
     // The oldest op's clock starts when it could start: queued, and its predecessor done.
     const InFlight &oldest = inFlight_.front();
