@@ -60,6 +60,15 @@ HORA_API hora_status_t hora_init(void);
 HORA_API hora_status_t hora_shutdown(void);
 /* 1 while the runtime runs, else 0. */
 HORA_API int hora_is_initialized(void);
+/* Elastic jobs (horarun --min-np/--max-np): 1 when horarun's agents are forming a new world (a
+   worker waits to join, or one was lost), so the ranks should reach a consistent point, then call
+   hora_shutdown() and hora_init() to join it; 0 when not, when not initialized, or outside an
+   elastic job. Asks the agents' store (one round trip); not collective, so ranks may see the
+   change at different times: agree on it (a broadcast from rank 0) before acting. -1 when the
+   agents' store cannot be reached (hora_last_error says why). After
+   HORA_ERR_PEER_LOST or HORA_ERR_TIMEOUT in an elastic job, hora_shutdown() then hora_init()
+   joins the next world with the survivors; hora_rank() and hora_size() then describe it. */
+HORA_API int hora_elastic_world_changed(void);
 /* Topology of the world. -1 when not initialized. local = same host; cross = ranks with the same
    local rank across hosts. */
 HORA_API int hora_rank(void);

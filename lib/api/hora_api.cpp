@@ -586,6 +586,14 @@ int hora_is_initialized(void) {
   return e && e->running() ? 1 : 0;
 }
 
+int hora_elastic_world_changed(void) {
+  int changed = 0;
+  const hora_status_t status = guarded([&] {
+    if (currentEngine()) changed = elasticWorldChanged();
+  });
+  return status == HORA_SUCCESS ? changed : -1;
+}
+
 #define HORA_TOPOLOGY_GETTER(fn, field)            \
   int fn(void) {                                   \
     std::shared_ptr<Engine> e = currentEngine();   \

@@ -362,6 +362,19 @@ const std::vector<OtherVariable> kOtherVariables = {
      "tuning of the UCX plane (lib/backends/ucx; docs/ucx.md): HORA_UCX_SPIN_US (how long a wait "
      "polls before it sleeps, 50), HORA_UCX_SMALL_KB (largest recursive-doubling allreduce, 64), "
      "HORA_UCX_CHUNK_KB (pipeline chunk of the ring and the broadcast chain, 256)"},
+    {"HORA_RESTART_COUNT",
+     "set by horarun's agents for their workers (tools/horarun; docs/elastic.md): how many times "
+     "a failure restarted the workers, 0 on the first start (TORCHELASTIC_RESTART_COUNT too)"},
+    {"HORA_AGENT_STORE",
+     "set by horarun's agents (lib/bootstrap/env/launch_config.cpp): 1 = the agents serve the "
+     "store at MASTER_ADDR:MASTER_PORT, so rank 0 serves none"},
+    {"HORA_STORE_PREFIX",
+     "set by horarun's agents (lib/bootstrap/env/launch_config.cpp): the store keys of this "
+     "round or job"},
+    {"HORA_ELASTIC",
+     "set by horarun's agents in an elastic job (lib/bootstrap/env/launch_config.cpp): 1 = the "
+     "agents give this worker its rank, world by world (HORA_ELASTIC_ID names it)"},
+    {"HORA_ELASTIC_ID", "set by horarun's agents: an elastic worker's name (see HORA_ELASTIC)"},
     {"HORA_HIER_OWNERS",
      "lib/backends/hier/hier_backend.cpp (docs/hierarchical.md): ranks per host that carry the "
      "shares of a hierarchical allreduce across hosts, at most the fewest any host holds (the "

@@ -72,6 +72,11 @@ std::unique_ptr<Bootstrap> createBootstrap(const Knobs &knobs) {
   const std::string &mode = knobs.bootstrap;
   if (mode == "mpi") return mpiBootstrap(knobs);
   if (mode == "single") return createSingleBootstrap();
+  // An elastic worker has no RANK: the agents place it (before the MPI check: horarun removed
+  // launcher variables from its environment, so none can be stale).
+  if (elasticWorker(lookup) && (mode == "env" || mode == "auto")) {
+    return createEnvBootstrap(readElasticConfig(lookup), knobs);
+  }
   if (mode == "env") {
     // Explicit env: torchrun variables, else a Slurm task's.
     if (!envRendezvous() && slurmTask()) return createEnvBootstrap(readSlurmConfig(lookup), knobs);

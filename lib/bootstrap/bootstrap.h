@@ -20,6 +20,11 @@ std::unique_ptr<Bootstrap> createBootstrap(const Knobs &knobs);
 // finalizes earlier, so that hora_init after hora_shutdown finds MPI still usable.
 void finalizeAtExit();
 
+// hora_elastic_world_changed: 1 when horarun's agents are forming a new world for this elastic
+// worker, 0 when not or outside an elastic job; throws Error when their store cannot be asked.
+// (bootstrap/env/elastic.cpp)
+int elasticWorldChanged();
+
 // A world of one: no launcher, no MPI.
 std::unique_ptr<Bootstrap> createSingleBootstrap();
 

@@ -17,6 +17,7 @@ their results, as horovod.run does.
 import atexit as _atexit
 
 from . import _hora
+from . import elastic  # noqa: F401  (hora.elastic.run, ObjectState)
 from .errors import *  # noqa: F401,F403  (the exception classes are part of the API)
 from .errors import HoraError, error_class
 from .ops import *  # noqa: F401,F403

@@ -381,6 +381,11 @@ PYBIND11_MODULE(_hora, m) {
   m.def("init", [] { callBlocking("hora_init", [] { return hora_init(); }); });
   m.def("shutdown", [] { callBlocking("hora_shutdown", [] { return hora_shutdown(); }); });
   m.def("is_initialized", [] { return hora_is_initialized() != 0; });
+  m.def("elastic_world_changed", [] {
+    const int changed = hora_elastic_world_changed();
+    if (changed < 0) raiseStatus(HORA_ERR_PEER_LOST, hora_last_error(), "hora_elastic_world_changed");
+    return changed == 1;
+  });
   m.def("rank", &hora_rank);
   m.def("size", &hora_size);
   m.def("local_rank", &hora_local_rank);

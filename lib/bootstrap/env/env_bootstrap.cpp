@@ -11,6 +11,7 @@
 #include <atomic>
 
 #include "base/error.h"
+#include "bootstrap/env/elastic.h"
 #include "bootstrap/env/rendezvous.h"
 #include "hora_config.h"
 #if HORA_HAVE_GLOO
@@ -66,8 +67,15 @@ class EnvWorld final : public Bootstrap {
  public:
   EnvWorld(const LaunchConfig &config, const Knobs &knobs)
       : launcher_(config.launcher == "slurm" ? "slurm" : "env"), timeoutS_(knobs.timeoutS) {
-    rv_ = rendezvous(config, knobs.timeoutS, gEpochs++);
+    if (config.elastic) {
+      formElastic(config);
+    } else {
+      rv_ = rendezvous(config, knobs.timeoutS, gEpochs++);
+    }
     localAddress_ = routeAddressTo(config.masterAddr, config.masterPort);
+  }
+  ~EnvWorld() override {
+    if (!elasticKey_.empty()) leaveElasticWorld(elasticKey_);
   }
 
   const char *launcher() const override { return launcher_; }
@@ -105,8 +113,24 @@ class EnvWorld final : public Bootstrap {
   }
 
  private:
+  // The agents say which world this worker is in and its rank there; the world then meets under
+  // that world's keys, as any env:// world (each world is formed once, so no epoch is needed).
+  void formElastic(LaunchConfig config) {
+    const StoreSecurity security = storeSecurityFromEnvironment();
+    TcpStoreClient agents(config.masterAddr, config.masterPort, timeoutS_, StoreClientOptions{security.token, ""});
+    const ElasticPlace place = joinElasticWorld(agents, config.storePrefix, config.elasticId, timeoutS_);
+    const std::string base = config.storePrefix;
+    config.rank = place.rank;
+    config.worldSize = place.size;
+    config.storePrefix = base + "w" + std::to_string(place.world) + "/";
+    rv_ = rendezvous(config, timeoutS_, 0, "", security);
+    elasticKey_ = elasticUpdateKey(base, place.world);
+    enterElasticWorld(rv_.store, elasticKey_);
+  }
+
   const char *launcher_;
   double timeoutS_;
+  std::string elasticKey_;  // this elastic world's update key; empty outside elastic jobs
   Rendezvous rv_;
   std::string localAddress_;
   uint64_t sets_ = 0;

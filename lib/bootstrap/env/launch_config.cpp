@@ -53,6 +53,18 @@ int optionalInt(const EnvLookup &env, const char *name, long long min) {
   return v == nullptr ? -1 : intVar(name, v, min);
 }
 
+// HORA_AGENT_STORE=1 and HORA_STORE_PREFIX, set by horarun's agents (launch_config.h).
+void readAgentStore(const EnvLookup &env, LaunchConfig *c) {
+  const char *agent = lookup(env, "HORA_AGENT_STORE");
+  if (agent == nullptr || std::string(agent) == "0") return;
+  if (std::string(agent) != "1") {
+    HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "HORA_AGENT_STORE='", agent, "' is not 0 or 1");
+  }
+  c->agentStore = true;
+  const char *prefix = lookup(env, "HORA_STORE_PREFIX");
+  c->storePrefix = prefix != nullptr ? prefix : "";
+}
+
 int portVar(const char *name, const char *value) {
   long long v = 0;
   if (!parseInt(value, &v)) {
@@ -247,6 +259,30 @@ LaunchConfig readEnvConfig(const EnvLookup &env) {
   c.nodeRank = nodeRank >= 0 ? nodeRank : groupRank;
   checkLocal(c, "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
              nodeRank >= 0 ? "NODE_RANK" : "GROUP_RANK");
+  readAgentStore(env, &c);
+  return c;
+}
+
+bool elasticWorker(const EnvLookup &env) {
+  const char *v = lookup(env, "HORA_ELASTIC");
+  return v != nullptr && std::string(v) == "1";
+}
+
+LaunchConfig readElasticConfig(const EnvLookup &env) {
+  LaunchConfig c;
+  c.launcher = "env";
+  for (const char *name : {"MASTER_ADDR", "MASTER_PORT", "HORA_STORE_PREFIX", "HORA_ELASTIC_ID"}) {
+    if (lookup(env, name) == nullptr) {
+      HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "HORA_ELASTIC=1 but ", name,
+                 " is not set; elastic workers are started by horarun (--min-np/--max-np)");
+    }
+  }
+  c.masterAddr = lookup(env, "MASTER_ADDR");
+  c.masterPort = portVar("MASTER_PORT", lookup(env, "MASTER_PORT"));
+  c.agentStore = true;
+  c.storePrefix = lookup(env, "HORA_STORE_PREFIX");
+  c.elastic = true;
+  c.elasticId = lookup(env, "HORA_ELASTIC_ID");
   return c;
 }
 

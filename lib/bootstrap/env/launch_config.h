@@ -15,6 +15,15 @@ struct LaunchConfig {
   int rank = -1, worldSize = -1;
   // -1 = not given: the rendezvous derives them from host names.
   int localRank = -1, localWorldSize = -1, nodeRank = -1;
+  // Started by a horarun agent (HORA_AGENT_STORE=1): the agents serve the store at
+  // MASTER_ADDR:MASTER_PORT and it outlives every worker, so rank 0 serves nothing; every key of
+  // this world goes under storePrefix (HORA_STORE_PREFIX, the agents' round).
+  bool agentStore = false;
+  std::string storePrefix;
+  // An elastic worker (HORA_ELASTIC=1): no RANK or WORLD_SIZE; the agents place it in the next
+  // world under storePrefix, as elasticId (HORA_ELASTIC_ID). See bootstrap/env/elastic.h.
+  bool elastic = false;
+  std::string elasticId;
 };
 
 // The value of an environment variable, or nullptr when unset (std::getenv, or a map in tests).
@@ -24,6 +33,12 @@ using EnvLookup = std::function<const char *(const char *)>;
 // LOCAL_WORLD_SIZE, NODE_RANK (or torchrun's GROUP_RANK) optional. A malformed or missing value
 // -> Error(HORA_ERR_INVALID_ARGUMENT) naming the variable, its value and what is expected.
 LaunchConfig readEnvConfig(const EnvLookup &env);
+
+// Whether horarun started this process as an elastic worker (HORA_ELASTIC=1).
+bool elasticWorker(const EnvLookup &env);
+// An elastic worker's variables: MASTER_ADDR, MASTER_PORT, HORA_STORE_PREFIX and HORA_ELASTIC_ID
+// required; RANK and WORLD_SIZE are the agents' to give, round by round.
+LaunchConfig readElasticConfig(const EnvLookup &env);
 
 // For a process about to run as a world of one: RANK or WORLD_SIZE saying it is one of several
 // (RANK above 0 or WORLD_SIZE above 1) while MASTER_ADDR or MASTER_PORT is missing is a launch

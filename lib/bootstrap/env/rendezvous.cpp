@@ -20,7 +20,8 @@
 
 namespace hora {
 
-// Keys, all under prefix P = "hora/<epoch>/":
+// Keys, all under prefix P = "<HORA_STORE_PREFIX>hora/<epoch>/" (the prefix is empty unless a
+// horarun agent serves the store):
 //   P claims          counter: every process adds 1 and gets its claimant number k (1, 2, ...)
 //   P claimant/<k>    what claimant k said (rank, WORLD_SIZE, local variables, host, pid)
 //   P arrived/<r>     set once RANK=r has registered (what ranks that time out on their own check)
@@ -491,9 +492,10 @@ Rendezvous rendezvous(const LaunchConfig &config, double timeoutS, uint64_t epoc
   const std::string storeName = formatHostPort(config.masterAddr, config.masterPort);
 
   Rendezvous rv;
-  rv.prefix = "hora/" + std::to_string(epoch) + "/";
+  rv.prefix = config.storePrefix + "hora/" + std::to_string(epoch) + "/";
   const std::string &p = rv.prefix;
-  if (config.rank == 0) rv.server = storeServerFor(config, timeoutS, p, security);
+  // Under a horarun agent the agents serve the store, and it outlives this runtime.
+  if (config.rank == 0 && !config.agentStore) rv.server = storeServerFor(config, timeoutS, p, security);
   rv.store = std::make_shared<TcpStoreClient>(config.masterAddr, config.masterPort, timeoutS,
                                               StoreClientOptions{security.token, p});
   TcpStoreClient &store = *rv.store;

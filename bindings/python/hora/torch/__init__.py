@@ -16,6 +16,7 @@ from hora import (HoraError, HorovodInternalError, NotInitializedError,  # noqa:
                   ProcessSet, add_process_set, global_process_set, is_initialized,
                   remove_process_set, shutdown, start_timeline, stop_timeline)
 
+from . import elastic  # noqa: F401  (hvd.elastic.run, hvd.elastic.TorchState)
 from .compression import Compression  # noqa: F401
 from .functions import (allgather_object, broadcast_object,  # noqa: F401
                         broadcast_optimizer_state, broadcast_parameters)

@@ -1,0 +1,209 @@
+# SPDX-License-Identifier: Apache-2.0
+"""horarun's agents: restarts (--max-restarts), rounds across hosts (--nnodes MIN:MAX,
+--rdzv-endpoint), elastic worlds (--min-np, --max-np, --host-discovery-script) and a worker's
+hora_shutdown + hora_init after a lost peer.
+
+    python3 test_agents.py CLASS        one class (meson runs each as its own test)
+
+Environment (meson sets it): HORARUN, CLUSTER_TOOL, RESTART_PROG, SURVIVOR_PROG, TORCH_TRAIN
+and PYTHONPATH (empty when there is no torch). The cluster classes exit 77 (skipped) where
+hora-cluster --check says no cluster can be built here (no CAP_NET_ADMIN)."""
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from time_scale import scaled  # noqa: E402
+
+HORARUN = os.environ.get("HORARUN", "")
+CLUSTER = os.environ.get("CLUSTER_TOOL", "")
+RESTART_PROG = os.environ.get("RESTART_PROG", "")
+SURVIVOR_PROG = os.environ.get("SURVIVOR_PROG", "")
+TORCH_TRAIN = os.environ.get("TORCH_TRAIN", "")
+QUIET = {"HORA_LOG_LEVEL": "error"}
+
+
+def run(argv, env=None, timeout=120):
+    full = dict(os.environ, **QUIET)
+    full.update(env or {})
+    return subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=full, timeout=scaled(timeout))
+
+
+def horarun(*args, env=None, timeout=120):
+    return run([sys.executable, HORARUN] + list(args), env, timeout)
+
+
+class AgentTest(unittest.TestCase):
+    def show(self, proc):
+        return "\nstatus %d\nstdout:\n%s\nstderr:\n%s" % (proc.returncode, proc.stdout,
+                                                          proc.stderr)
+
+
+class Restart(AgentTest):
+    """--max-restarts on one host: a rank that aborts in round 0 restarts the whole group."""
+
+    def test_restart_finishes_the_job(self):
+        proc = horarun("-np", "2", "--max-restarts", "1", RESTART_PROG)
+        self.assertEqual(proc.returncode, 0, self.show(proc))
+        for r in range(2):
+            self.assertIn("[%d] rank %d of 2: 10 steps correct in round 1" % (r, r), proc.stdout,
+                          self.show(proc))
+        self.assertRegex(proc.stderr, r"horarun: round 0 ended: rank 1 on \S+ was killed by "
+                         r"signal 6 \(SIGABRT\); restarting the workers \(restart 1 of 1\)")
+
+    def test_no_restart_left_fails_naming_the_rank(self):
+        proc = horarun("-np", "2", "--max-restarts", "0", RESTART_PROG)
+        self.assertEqual(proc.returncode, 128 + 6, self.show(proc))
+        self.assertRegex(proc.stderr, r"horarun: rank 1 on \S+ was killed by signal 6 "
+                         r"\(SIGABRT\); no restarts left \(--max-restarts 0\)")
+        self.assertNotIn("steps correct", proc.stdout)
+
+    def test_restart_count_variables(self):
+        # torchrun's variable too, so torch-style scripts see the round unchanged
+        script = ('echo "$RANK $HORA_RESTART_COUNT $TORCHELASTIC_RESTART_COUNT"; '
+                  '[ "$RANK" != 1 ] || [ "$HORA_RESTART_COUNT" -ge 2 ] || exit 3')
+        proc = horarun("-np", "2", "--max-restarts", "2", "--no-prefix", "sh", "-c", script)
+        self.assertEqual(proc.returncode, 0, self.show(proc))
+        self.assertEqual(sorted(proc.stdout.split("\n")[:-1]),
+                         ["0 0 0", "0 1 1", "0 2 2", "1 0 0", "1 1 1", "1 2 2"], self.show(proc))
+        self.assertEqual(len(re.findall(r"rank 1 on \S+ exited with status 3; restarting",
+                                        proc.stderr)), 2, self.show(proc))
+
+    def test_exhausted_restarts_keep_the_rank_status(self):
+        proc = horarun("-np", "2", "--max-restarts", "1", "sh", "-c", '[ "$RANK" != 0 ] || exit 5')
+        self.assertEqual(proc.returncode, 5, self.show(proc))
+        self.assertIn("restart 1 of 1", proc.stderr)
+        self.assertIn("no restarts left (--max-restarts 1)", proc.stderr)
+
+
+class Usage(AgentTest):
+    def assertUsage(self, args, message):
+        proc = horarun(*(list(args) + ["true"]))
+        self.assertEqual(proc.returncode, 2, self.show(proc))
+        self.assertIn(message, proc.stderr)
+
+    def test_errors(self):
+        self.assertUsage(["--nnodes", "2:1"], "--nnodes 2:1: need 1 <= MIN <= MAX")
+        self.assertUsage(["--nnodes", "x"], "--nnodes x: expected N or MIN:MAX")
+        self.assertUsage(["--nnodes", "1:2"], "--nnodes 1:2 needs --rdzv-endpoint")
+        self.assertUsage(["--max-restarts", "-1"], "must not be negative")
+        self.assertUsage(["--min-np", "1", "--max-restarts", "1"], "carry on without a restart")
+        self.assertUsage(["--min-np", "3", "--max-np", "2"], "need 1 <= min <= max")
+        self.assertUsage(["--standalone", "--rdzv-endpoint", "h:1"], "excludes --rdzv-endpoint")
+        self.assertUsage(["--max-restarts", "1", "-H", "a:1"], "one horarun per host")
+        self.assertUsage(["--rdzv-endpoint", "h:x"], "expected HOST or HOST:PORT")
+
+    def test_torchrun_spellings(self):
+        proc = horarun("--nproc_per_node", "2", "--standalone", "--max_restarts", "0",
+                       "--no-prefix", "sh", "-c", 'echo "$RANK/$WORLD_SIZE/$LOCAL_WORLD_SIZE"')
+        self.assertEqual(proc.returncode, 0, self.show(proc))
+        self.assertEqual(sorted(proc.stdout.split()), ["0/2/2", "1/2/2"])
+
+
+class Elastic(AgentTest):
+    """In-process elasticity through the C API: survivors of a lost worker form a new world."""
+
+    def test_survivors_carry_on(self):
+        proc = horarun("-np", "3", "--min-np", "2", SURVIVOR_PROG)
+        self.assertEqual(proc.returncode, 0, self.show(proc))
+        lines = sorted(l for l in proc.stdout.splitlines() if "steps correct" in l)
+        self.assertEqual(len(lines), 2, self.show(proc))
+        for line in lines:
+            self.assertRegex(line, r"rank [01] of 2: 20 steps correct, 2 worlds")
+        self.assertRegex(proc.stderr, r"worker 2 was killed by signal 9 \(SIGKILL\); the others "
+                         r"carry on")
+
+    def test_below_min_np_fails(self):
+        proc = horarun("-np", "2", "--min-np", "2", "--rdzv-timeout", "3", SURVIVOR_PROG,
+                       env={"HORA_TIMEOUT_S": "30"})
+        self.assertNotEqual(proc.returncode, 0, self.show(proc))
+        self.assertIn("only 1 workers were ready for a new world within 3 s, and --min-np is 2",
+                      proc.stderr)
+
+
+@unittest.skipUnless(TORCH_TRAIN, "no torch for /usr/bin/python3, or no Python bindings")
+class TorchElastic(AgentTest):
+    """hora.torch.elastic: a lost worker mid-epoch, the survivor from the last commit, a worker
+    added back through the discovery script, identical replicas at the end."""
+
+    def test_lose_and_regrow(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            hosts = os.path.join(tmp, "hosts")
+            with open(hosts, "w") as f:
+                f.write("localhost:2\n")
+            script = os.path.join(tmp, "discover.sh")
+            with open(script, "w") as f:
+                f.write("#!/bin/sh\ncat %s\n" % hosts)
+            os.chmod(script, 0o755)
+            proc = horarun("-np", "2", "--min-np", "1", "--max-np", "2",
+                           "--host-discovery-script", script, "/usr/bin/python3", TORCH_TRAIN,
+                           env={"ELASTIC_DISCOVERY_FILE": hosts}, timeout=240)
+        self.assertEqual(proc.returncode, 0, self.show(proc))
+        self.assertIn("worker 1 was killed by signal 9 (SIGKILL); the others carry on", proc.stderr)
+        resets = re.findall(r"RESET size (\d) rank (\d) epoch (\d) batch (\d+) loss (\S+) "
+                            r"committed (\S+)", proc.stdout)
+        # alone from the last commit (epoch 1, batch 4: worker 1 died at batch 6), then two again
+        self.assertIn(("1", "0", "1", "4"), [r[:4] for r in resets], self.show(proc))
+        self.assertIn("2", [r[0] for r in resets], self.show(proc))
+        for r in resets:
+            self.assertAlmostEqual(float(r[4]), float(r[5]), places=7)
+        final = re.findall(r"FINAL rank (\d) size (\d) epoch (\d) checksum (\S+)", proc.stdout)
+        self.assertEqual(sorted(f[0] for f in final), ["0", "1"], self.show(proc))
+        self.assertEqual({f[1] for f in final}, {"2"})
+        self.assertEqual({f[2] for f in final}, {"3"})
+        self.assertEqual(len({f[3] for f in final}), 1, "replicas differ: %s" % final)
+
+
+class ClusterTest(AgentTest):
+    """Two namespace hosts, one agent each (hora-cluster --per-host); the agent on host0 serves
+    the store. Host1's first rank kills its agent and then itself (a lost host)."""
+
+    def agents(self, horarun_args, prog, extra_env=(), timeout=180):
+        # host1's command may die with its agent: the cluster must not stop host0 for that
+        inner = ('%s %s --nnodes "$AGENT_NNODES" --rdzv-endpoint "$MASTER_ADDR:29400" '
+                 '--rdzv-id t %s %s; s=$?; [ "$NODE_RANK" = 1 ] && exit 0; exit $s') % (
+                     sys.executable, HORARUN, horarun_args, prog)
+        argv = [sys.executable, CLUSTER, "--hosts", "2", "--per-host", "-x", "FAIL_HOST=host1",
+                "-x", "KILL_AGENT=1", "-x", "HORA_LOG_LEVEL=error"]
+        for e in extra_env:
+            argv += ["-x", e]
+        return run(argv + ["sh", "-c", inner], timeout=timeout)
+
+
+class ClusterRestart(ClusterTest):
+    def test_other_host_restarts_alone(self):
+        proc = self.agents("-np 1 --max-restarts 1", RESTART_PROG,
+                           ["AGENT_NNODES=1:2", "HORA_TIMEOUT_S=30"])
+        self.assertEqual(proc.returncode, 0, self.show(proc))
+        self.assertRegex(proc.stdout, r"rank 0 of 1: 10 steps correct in round 1")
+        self.assertRegex(proc.stderr, r"round 0 ended: .*restarting the workers \(restart 1 of 1\)")
+
+    def test_below_min_names_the_missing_host(self):
+        proc = self.agents("-np 1 --max-restarts 1 --rdzv-timeout 4", RESTART_PROG,
+                           ["AGENT_NNODES=2:2", "HORA_TIMEOUT_S=30"])
+        self.assertNotEqual(proc.returncode, 0, self.show(proc))
+        self.assertRegex(proc.stderr, r"only 1 of the 2 agents that --nnodes 2:2 needs joined "
+                         r"round 1 within 4 s \(--rdzv-timeout\); missing: host host1")
+
+
+class ClusterElastic(ClusterTest):
+    def test_other_host_carries_on(self):
+        proc = self.agents("-np 1 --min-np 1", SURVIVOR_PROG,
+                           ["AGENT_NNODES=1:2", "HORA_TIMEOUT_S=30"])
+        self.assertEqual(proc.returncode, 0, self.show(proc))
+        self.assertRegex(proc.stdout, r"rank 0 of 1: 20 steps correct, 2 worlds")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] and sys.argv[1].startswith("Cluster"):
+        check = subprocess.run([sys.executable, CLUSTER, "--check"], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, timeout=scaled(60))
+        if check.returncode != 0:
+            print("SKIP: %s" % check.stdout.strip())
+            sys.exit(77)
+    unittest.main(verbosity=2)
