@@ -366,8 +366,8 @@ const std::vector<OtherVariable> kOtherVariables = {
      "set by horarun's agents for their workers (tools/horarun; docs/elastic.md): how many times "
      "a failure restarted the workers, 0 on the first start (TORCHELASTIC_RESTART_COUNT too)"},
     {"HORA_AGENT_STORE",
-     "set by horarun's agents (lib/bootstrap/env/launch_config.cpp): 1 = the agents serve the "
-     "store at MASTER_ADDR:MASTER_PORT, so rank 0 serves none"},
+     "set by horarun's agents (lib/bootstrap/env/launch_config.cpp): HOST:PORT of the store the "
+     "agents serve; hora's rank 0 then serves none, and MASTER_ADDR:MASTER_PORT stay torch's"},
     {"HORA_STORE_PREFIX",
      "set by horarun's agents (lib/bootstrap/env/launch_config.cpp): the store keys of this "
      "round or job"},

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static int env_int(const char *name, int fallback) {
@@ -33,6 +34,16 @@ static void fail_now(void) {
   raise(SIGKILL);
 }
 
+/* REPORT_TIMES=1: "KILLED_AT t" (stderr, the victim) and "RESUMED_AT t" (stdout, rank 0 after
+   its first good step in the next round or world), wall-clock seconds, for
+   bench/elastic_recovery.py. */
+static int report_times(void) { return getenv("REPORT_TIMES") != NULL; }
+static double wall_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 int main(void) {
   if (hora_init() != HORA_SUCCESS) {
     fprintf(stderr, "hora_init: %s\n", hora_last_error());
@@ -49,6 +60,7 @@ int main(void) {
   for (int step = 0; step < steps; ++step) {
     if (round == 0 && step == fail_step && is_victim(rank, fail_rank)) {
       fprintf(stderr, "rank %d fails at step %d of round %d (on purpose)\n", rank, step, round);
+      if (report_times()) fprintf(stderr, "KILLED_AT %.6f\n", wall_s());
       if (getenv("FAIL_HOST") != NULL) fail_now();
       abort();
     }
@@ -63,6 +75,7 @@ int main(void) {
       fprintf(stderr, "rank %d step %d: %s\n", rank, step, hora_last_error());
       return 1;
     }
+    if (report_times() && round > 0 && rank == 0 && step == 0) printf("RESUMED_AT %.6f\n", wall_s());
     for (int i = 0; i < kCount; ++i) {
       const double want = (double)size * (size + 1) / 2 * (step + 1) + (double)size * i;
       if (x[i] != want) {

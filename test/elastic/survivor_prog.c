@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static int env_int(const char *name, int fallback) {
@@ -36,6 +37,16 @@ static void fail_now(void) {
   raise(SIGKILL);
 }
 
+/* REPORT_TIMES=1: "KILLED_AT t" (stderr, the victim) and "RESUMED_AT t" (stdout, rank 0 after
+   its first good step in the next round or world), wall-clock seconds, for
+   bench/elastic_recovery.py. */
+static int report_times(void) { return getenv("REPORT_TIMES") != NULL; }
+static double wall_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 int main(void) {
   if (hora_init() != HORA_SUCCESS) {
     fprintf(stderr, "hora_init: %s\n", hora_last_error());
@@ -43,14 +54,17 @@ int main(void) {
   }
   const int steps = env_int("STEPS", 20), fail_step = env_int("FAIL_STEP", 5);
   const int victim = env_int("VICTIM", hora_size() - 1);
-  int worlds = 1;
+  int worlds = 1, resumed = 0;
   enum { kCount = 4096 };
   static double x[kCount];
   int64_t shape[1] = {kCount};
   DLTensor t = {x, {kDLCPU, 0}, 1, {kDLFloat, 64, 1}, shape, NULL, 0};
   for (int step = 0; step < steps;) {
     const int rank = hora_rank(), size = hora_size();
-    if (worlds == 1 && step == fail_step && is_victim(rank, victim)) fail_now();
+    if (worlds == 1 && step == fail_step && is_victim(rank, victim)) {
+      if (report_times()) fprintf(stderr, "KILLED_AT %.6f\n", wall_s());
+      fail_now();
+    }
     for (int i = 0; i < kCount; ++i) x[i] = (double)(rank + 1) * (step + 1) + i;
     hora_request_t req = NULL;
     hora_status_t s = hora_allreduce_async("step", &t, &t, HORA_OP_SUM, 1.0, 1.0, 0, &req);
@@ -80,6 +94,11 @@ int main(void) {
         fprintf(stderr, "rank %d step %d: x[%d] = %g, want %g\n", rank, step, i, x[i], want);
         return 2;
       }
+    }
+    if (report_times() && worlds > 1 && !resumed && rank == 0) {
+      printf("RESUMED_AT %.6f\n", wall_s());
+      fflush(stdout);
+      resumed = 1;
     }
     ++step;
   }

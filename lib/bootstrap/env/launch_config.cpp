@@ -53,18 +53,6 @@ int optionalInt(const EnvLookup &env, const char *name, long long min) {
   return v == nullptr ? -1 : intVar(name, v, min);
 }
 
-// HORA_AGENT_STORE=1 and HORA_STORE_PREFIX, set by horarun's agents (launch_config.h).
-void readAgentStore(const EnvLookup &env, LaunchConfig *c) {
-  const char *agent = lookup(env, "HORA_AGENT_STORE");
-  if (agent == nullptr || std::string(agent) == "0") return;
-  if (std::string(agent) != "1") {
-    HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "HORA_AGENT_STORE='", agent, "' is not 0 or 1");
-  }
-  c->agentStore = true;
-  const char *prefix = lookup(env, "HORA_STORE_PREFIX");
-  c->storePrefix = prefix != nullptr ? prefix : "";
-}
-
 int portVar(const char *name, const char *value) {
   long long v = 0;
   if (!parseInt(value, &v)) {
@@ -72,6 +60,25 @@ int portVar(const char *name, const char *value) {
   }
   if (v < 1 || v > 65535) HORA_THROW(HORA_ERR_INVALID_ARGUMENT, name, "=", value, " is outside 1..65535");
   return static_cast<int>(v);
+}
+
+// HORA_AGENT_STORE=HOST:PORT and HORA_STORE_PREFIX, set by horarun's agents (launch_config.h).
+// The store replaces MASTER_ADDR:MASTER_PORT, which stay torch's (its rank 0 serves there).
+void readAgentStore(const EnvLookup &env, LaunchConfig *c) {
+  const char *agent = lookup(env, "HORA_AGENT_STORE");
+  if (agent == nullptr) return;
+  const std::string text = agent;
+  const size_t colon = text.rfind(':');
+  std::string host = colon == std::string::npos ? "" : text.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.empty()) {
+    HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "HORA_AGENT_STORE='", text, "' is not HOST:PORT");
+  }
+  c->masterAddr = host;
+  c->masterPort = portVar("HORA_AGENT_STORE's port", text.c_str() + colon + 1);
+  c->agentStore = true;
+  const char *prefix = lookup(env, "HORA_STORE_PREFIX");
+  c->storePrefix = prefix != nullptr ? prefix : "";
 }
 
 void checkBelow(const char *name, int value, const char *limitName, int limit) {
@@ -271,16 +278,13 @@ bool elasticWorker(const EnvLookup &env) {
 LaunchConfig readElasticConfig(const EnvLookup &env) {
   LaunchConfig c;
   c.launcher = "env";
-  for (const char *name : {"MASTER_ADDR", "MASTER_PORT", "HORA_STORE_PREFIX", "HORA_ELASTIC_ID"}) {
+  for (const char *name : {"HORA_AGENT_STORE", "HORA_STORE_PREFIX", "HORA_ELASTIC_ID"}) {
     if (lookup(env, name) == nullptr) {
       HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "HORA_ELASTIC=1 but ", name,
                  " is not set; elastic workers are started by horarun (--min-np/--max-np)");
     }
   }
-  c.masterAddr = lookup(env, "MASTER_ADDR");
-  c.masterPort = portVar("MASTER_PORT", lookup(env, "MASTER_PORT"));
-  c.agentStore = true;
-  c.storePrefix = lookup(env, "HORA_STORE_PREFIX");
+  readAgentStore(env, &c);
   c.elastic = true;
   c.elasticId = lookup(env, "HORA_ELASTIC_ID");
   return c;

@@ -15,9 +15,10 @@ struct LaunchConfig {
   int rank = -1, worldSize = -1;
   // -1 = not given: the rendezvous derives them from host names.
   int localRank = -1, localWorldSize = -1, nodeRank = -1;
-  // Started by a horarun agent (HORA_AGENT_STORE=1): the agents serve the store at
-  // MASTER_ADDR:MASTER_PORT and it outlives every worker, so rank 0 serves nothing; every key of
-  // this world goes under storePrefix (HORA_STORE_PREFIX, the agents' round).
+  // Started by a horarun agent (HORA_AGENT_STORE=HOST:PORT): the agents serve the store there
+  // (masterAddr/masterPort then name it; MASTER_ADDR stays torch's) and it outlives every
+  // worker, so rank 0 serves nothing; every key of this world goes under storePrefix
+  // (HORA_STORE_PREFIX, the agents' round).
   bool agentStore = false;
   std::string storePrefix;
   // An elastic worker (HORA_ELASTIC=1): no RANK or WORLD_SIZE; the agents place it in the next
@@ -36,8 +37,8 @@ LaunchConfig readEnvConfig(const EnvLookup &env);
 
 // Whether horarun started this process as an elastic worker (HORA_ELASTIC=1).
 bool elasticWorker(const EnvLookup &env);
-// An elastic worker's variables: MASTER_ADDR, MASTER_PORT, HORA_STORE_PREFIX and HORA_ELASTIC_ID
-// required; RANK and WORLD_SIZE are the agents' to give, round by round.
+// An elastic worker's variables: HORA_AGENT_STORE, HORA_STORE_PREFIX and HORA_ELASTIC_ID
+// required; RANK and WORLD_SIZE are the agents' to give, world by world.
 LaunchConfig readElasticConfig(const EnvLookup &env);
 
 // For a process about to run as a world of one: RANK or WORLD_SIZE saying it is one of several
