@@ -24,6 +24,8 @@ CLUSTER = os.environ.get("CLUSTER_TOOL", "")
 RESTART_PROG = os.environ.get("RESTART_PROG", "")
 SURVIVOR_PROG = os.environ.get("SURVIVOR_PROG", "")
 TORCH_TRAIN = os.environ.get("TORCH_TRAIN", "")
+EXAMPLE = os.environ.get("ELASTIC_EXAMPLE", "")
+TORCHRUN_WORKER = os.environ.get("TORCHRUN_WORKER", "")
 QUIET = {"HORA_LOG_LEVEL": "error"}
 
 
@@ -157,6 +159,46 @@ class TorchElastic(AgentTest):
         self.assertEqual({f[1] for f in final}, {"2"})
         self.assertEqual({f[2] for f in final}, {"3"})
         self.assertEqual(len({f[3] for f in final}), 1, "replicas differ: %s" % final)
+
+
+@unittest.skipUnless(TORCHRUN_WORKER, "no torch for /usr/bin/python3")
+class TorchRestart(AgentTest):
+    """A torchrun-style torch.distributed script on Gloo restarts unchanged under horarun:
+    MASTER_ADDR:MASTER_PORT are torch's (its rank 0 serves there), hora's store is elsewhere."""
+
+    def test_torch_gloo_script_restarts(self):
+        proc = horarun("-np", "2", "--max-restarts", "1", "/usr/bin/python3", TORCHRUN_WORKER,
+                       timeout=180)
+        self.assertEqual(proc.returncode, 0, self.show(proc))
+        self.assertIn("KILLED_AT", proc.stderr)
+        self.assertRegex(proc.stdout, r"\[0\] RESUMED_AT \d+")
+        self.assertRegex(proc.stderr, r"round 0 ended: rank 1 on \S+ was killed by signal 9")
+
+
+@unittest.skipUnless(TORCH_TRAIN and EXAMPLE, "no torch for /usr/bin/python3, or no bindings")
+class Example(AgentTest):
+    """bindings/python/examples/elastic_train.py, with a worker killed from outside."""
+
+    def test_example_survives_a_kill(self):
+        proc = subprocess.Popen(
+            [sys.executable, HORARUN, "-np", "3", "--min-np", "2", "/usr/bin/python3", EXAMPLE,
+             "--epochs", "3", "--batches", "20", "--work", "0.05"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=dict(os.environ, **QUIET))
+        try:
+            first = proc.stdout.readline()  # epoch 0 is done: kill a worker that is not rank 0
+            self.assertIn("epoch 0: mean loss", first)
+            workers = subprocess.run(["pgrep", "-P", str(proc.pid), "-f", "elastic_train.py"],
+                                     stdout=subprocess.PIPE, text=True).stdout.split()
+            self.assertEqual(len(workers), 3, workers)
+            os.kill(int(sorted(workers, key=int)[-1]), 9)
+            out, err = proc.communicate(timeout=scaled(120))
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        self.assertEqual(proc.returncode, 0, "%s\n%s\n%s" % (first, out, err))
+        self.assertRegex(out, r"now 2 workers, from epoch [12] batch (0|10)\b")
+        self.assertIn("epoch 2: mean loss", out)
 
 
 class ClusterTest(AgentTest):
