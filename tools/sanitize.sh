@@ -72,8 +72,10 @@ if [ $# -eq 0 ]; then
     [ "$kind" = tsan ] && [ "$b" = allreduce ] && continue
     want+=("mp_${b}_np2")
   done
+  # Both: a restart round and survivors re-initialising after a lost peer (horarun's agents).
   want+=(mp_stall_noshm_np2 mp_caller_cycles_off_np2 mp_many_tensors_noshm_np2
-         mp_process_sets_horarun_gloo_np2 mp_many_tensors_mpi_gloo_np2)
+         mp_process_sets_horarun_gloo_np2 mp_many_tensors_mpi_gloo_np2
+         elastic_restart elastic_elastic)
   if [ "$kind" = asan ]; then
     for b in "${bodies[@]}"; do want+=("mp_${b}_mpi_gloo_np2"); done
     want+=(mp_allreduce_noshm_np2 mp_grouped_noshm_np2 mp_join_noshm_np2 mp_shm_noshm_np2

@@ -11,6 +11,7 @@ hora-cluster --check says no cluster can be built here (no CAP_NET_ADMIN)."""
 
 import os
 import re
+import socket
 import subprocess
 import sys
 import tempfile
@@ -81,6 +82,41 @@ class Restart(AgentTest):
         self.assertEqual(proc.returncode, 5, self.show(proc))
         self.assertIn("restart 1 of 1", proc.stderr)
         self.assertIn("no restarts left (--max-restarts 1)", proc.stderr)
+
+
+class LateAgent(AgentTest):
+    """Two agents of one machine at one endpoint: the first forms a round alone (--nnodes 1:2);
+    the second's arrival ends it, and both form a round of two without using a restart."""
+
+    def test_late_agent_starts_a_new_round(self):
+        port = free_port()
+        script = 'echo "$RANK/$WORLD_SIZE restarts=$HORA_RESTART_COUNT"; sleep %d' % scaled(3)
+        argv = [sys.executable, HORARUN, "--nnodes", "1:2", "--rdzv-endpoint",
+                "127.0.0.1:%d" % port, "--rdzv-id", "late", "-np", "1", "--no-prefix",
+                "sh", "-c", script]
+        env = dict(os.environ, **QUIET)
+        first = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 env=env)
+        try:
+            self.assertEqual(first.stdout.readline().strip(), "0/1 restarts=0")
+            second = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True, env=env, timeout=scaled(60))
+            out, err = first.communicate(timeout=scaled(60))
+        finally:
+            if first.poll() is None:
+                first.kill()
+        self.assertEqual(first.returncode, 0, err)
+        self.assertEqual(second.returncode, 0, second.stderr)
+        self.assertIn("round 0 ended: an agent asks to join (1 of at most 2 hosts in this "
+                      "round); forming a new round", err)
+        self.assertEqual(sorted([out.strip(), second.stdout.strip()]),
+                         ["0/2 restarts=0", "1/2 restarts=0"])
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 class Usage(AgentTest):
