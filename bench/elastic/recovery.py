@@ -11,6 +11,7 @@ RESUMED_AT - KILLED_AT, wall clock, on this machine: median, mean, min and max o
   hora restart, C          horarun --max-restarts 1; every worker restarts (test/elastic/restart_prog.c)
   hora elastic, C          horarun --min-np; survivors re-form in process (survivor_prog.c)
   hora restart, torch      horarun --max-restarts 1, a torch.distributed Gloo script (torchrun_worker.py)
+  hora elastic, torch      horarun --min-np; hora.torch.elastic survivors (hora_elastic_worker.py)
   torchrun restart, torch  torchrun --max_restarts 1 --monitor_interval 0.1, the same script
   torchrun default         the same with torchrun's default --monitor_interval (5 s)
 
@@ -71,6 +72,9 @@ def main():
         scenarios += [
             ("hora restart, torch", horarun + ["-np", n, "--max-restarts", "1", TORCH_PY, worker],
              store),
+            ("hora elastic, torch", horarun + ["-np", str(args.np + 1), "--min-np", n, TORCH_PY,
+                                                 os.path.join(HERE, "hora_elastic_worker.py")],
+             dict(store, PYTHONPATH=os.path.join(args.build, "bindings", "python"))),
             ("torchrun restart, torch", torchrun + ["--monitor_interval", "0.1", worker], {}),
             ("torchrun default, torch", torchrun + [worker], {}),
         ]
