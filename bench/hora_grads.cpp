@@ -9,6 +9,7 @@
 #include <hora/hora.h>
 
 #include <mpi.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -26,8 +27,12 @@
 #include <string>
 #include <vector>
 
+// Where the default workloads are: the source tree's bench/data, else where meson installed them.
 #ifndef HORA_GRADS_DATA_DIR
-#define HORA_GRADS_DATA_DIR "../shared/data"
+#define HORA_GRADS_DATA_DIR "bench/data"
+#endif
+#ifndef HORA_GRADS_INSTALLED_DIR
+#define HORA_GRADS_INSTALLED_DIR "/usr/local/share/hora"
 #endif
 
 namespace hora::bench {
@@ -58,6 +63,7 @@ void usage(FILE *f) {
       "                line per tensor, dims joined by 'x' (float32). Repeatable. Default:\n"
       "                resnet50_grads.txt and vit_b_16_grads.txt in\n"
       "                " HORA_GRADS_DATA_DIR "\n"
+      "                (once installed: " HORA_GRADS_INSTALLED_DIR ")\n"
       "  --steps N     timed steps per variant (default 20)\n"
       "  --warmup N    untimed steps before them (default 3)\n"
       "  --latency N   4-byte allreduces for the latency lines (default 200; 0 skips them)\n"
@@ -487,9 +493,12 @@ int run(int argc, char **argv) {
     return 0;
   }
   const bool defaults = opt.models.empty();
-  if (defaults)
-    opt.models = {HORA_GRADS_DATA_DIR "/resnet50_grads.txt",
-                  HORA_GRADS_DATA_DIR "/vit_b_16_grads.txt"};
+  if (defaults) {
+    const std::string dir = access(HORA_GRADS_DATA_DIR "/resnet50_grads.txt", R_OK) == 0
+                                ? HORA_GRADS_DATA_DIR
+                                : HORA_GRADS_INSTALLED_DIR;
+    opt.models = {dir + "/resnet50_grads.txt", dir + "/vit_b_16_grads.txt"};
+  }
   std::vector<ModelResult> results;
   std::vector<std::string> planeNames;
   if (parsed == ParseResult::kRun) {

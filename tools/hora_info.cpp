@@ -19,10 +19,11 @@
 namespace {
 
 const char kUsage[] =
-    "usage: hora-info [--knobs-markdown | --knobs-json]\n"
+    "usage: hora-info [--knobs-markdown | --knobs-json | --version | --help]\n"
     "  (no option)       the build configuration and every HORA_* knob: default, current value\n"
     "  --knobs-markdown  the knob table of README.md (tools/update_knob_docs.sh writes it there)\n"
-    "  --knobs-json      every knob as JSON [{\"name\", \"default\", \"doc\"}] (horarun --help)\n";
+    "  --knobs-json      every knob as JSON [{\"name\", \"default\", \"doc\"}] (horarun --help)\n"
+    "  --version         hora's version\n";
 
 // A knob's doc without the `backticks` that mark code in Markdown.
 std::string plainDoc(const char *doc) {
@@ -90,6 +91,10 @@ int main(int argc, char **argv) {
     }
     if (argc == 2 && std::strcmp(mode, "--knobs-json") == 0) {
       printJson();
+      return 0;
+    }
+    if (argc == 2 && std::strcmp(mode, "--version") == 0) {
+      std::printf("hora-info (hora) %s\n", HORA_VERSION);
       return 0;
     }
     const bool help =

@@ -57,8 +57,8 @@ if [ -x "$builddir/bench/hora-bench" ]; then
   fi
   echo
   echo "== hora-grads: gradient steps of ResNet-50 and ViT-B/16 (3 timed per variant), 2 ranks"
-  # The workloads sit next to the checkout (../shared/data); HORA_GRADS_DATA overrides.
-  data=${HORA_GRADS_DATA:-$(cd .. && pwd)/shared/data}
+  # The workloads are in the repository (bench/data); HORA_GRADS_DATA overrides.
+  data=${HORA_GRADS_DATA:-bench/data}
   if [ -f "$data/resnet50_grads.txt" ] && [ -f "$data/vit_b_16_grads.txt" ]; then
     # Few steps: ViT-B/16's 346 MB through one raw MPI_Allreduce takes a second or two here.
     mpirun "${HORA_MPIRUN_BENCH_ARGS[@]}" -np 2 "$builddir/bench/hora-grads" --planes mpi --steps 3 --warmup 1 \

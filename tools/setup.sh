@@ -13,6 +13,7 @@ packages=(
   libucx-dev ucx-utils                   # UCX: the CPU plane across hosts; ucx_perftest (bench)
   libssl-dev                             # libcrypto: HMAC-SHA256 proofs of the job token
   iproute2                               # ip netns: the two-host test on one machine
+  cmake                                  # find_package(hora): the install test's outside project
   python3                                # /usr/bin/python3: run_tests.sh reads meson's testlog
   gnuplot-nox                            # hora-bench --plot: busbw against size as a PNG
   clang libclang-rt-14-dev               # libFuzzer on the control messages (test/fuzz)

@@ -119,6 +119,18 @@ def free_port():
         return s.getsockname()[1]
 
 
+class Forming(AgentTest):
+    """While a job forms, rank 0 says which ranks it still waits for (not silence)."""
+
+    def test_rank_zero_names_the_missing_rank(self):
+        script = '[ "$RANK" = 1 ] && sleep %d; exec "$0"' % scaled(12)
+        proc = horarun("-np", "2", "sh", "-c", script, RESTART_PROG,
+                       env={"HORA_LOG_LEVEL": "warning", "STEPS": "1", "FAIL_STEP": "9"})
+        self.assertEqual(proc.returncode, 0, self.show(proc))
+        self.assertRegex(proc.stderr, r"\[0\] \[hora\] W .*rendezvous: 1 of 2 ranks are "
+                         r"here after 1\d s; waiting for rank 1 \(the store is at ")
+
+
 class Usage(AgentTest):
     def assertUsage(self, args, message):
         proc = horarun(*(list(args) + ["true"]))

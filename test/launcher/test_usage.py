@@ -81,6 +81,27 @@ class Usage(TempDirTest):
         self.assert_usage_error(["--grace", "-1", "true"], "--grace -1: must not be negative")
         self.assert_usage_error(["--time", "3", "true"], "unrecognized arguments")
 
+    def test_no_short_option_of_another_meaning(self):
+        # -p is horovodrun's ssh port: horarun has no -p
+        self.assert_usage_error(["-p", "22", "true"], "unrecognized arguments: -p")
+
+    def test_torchrun_spellings_and_log_levels_in_any_case(self):
+        proc, _ = run_horarun(["--nproc_per_node", "2", "--nnodes", "2", "--node_rank", "1",
+                               "--master_addr", "10.1.2.3", "--master_port", "29511",
+                               "--log-level", "INFO", "-x", "HORA_JOB_TOKEN=t", "--dry-run",
+                               "true"])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        lines = proc.stdout.splitlines()
+        self.assertEqual(len(lines), 2, proc.stdout)
+        for local, line in enumerate(lines):
+            for want in ["MASTER_ADDR=10.1.2.3", "MASTER_PORT=29511", "RANK=%d" % (2 + local),
+                         "WORLD_SIZE=4", "LOCAL_RANK=%d" % local, "NODE_RANK=1",
+                         "HORA_LOG_LEVEL=info"]:
+                self.assertIn(" %s " % want, line)
+        proc, _ = run_horarun(["--log_level", "Warning", "--dry-run", "true"])
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn(" HORA_LOG_LEVEL=warning ", proc.stdout)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

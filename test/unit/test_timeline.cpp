@@ -38,8 +38,10 @@ TEST(Timeline, RecordsBetweenStartAndStopIntoACompleteArray) {
   EXPECT_TRUE(tl.active());
   // A name with a quote, a backslash, a newline and bytes that are not UTF-8.
   const std::string odd = std::string("a\"b\\c\nd\xff\xfe", 9);
+  const std::string utf8 = "grad.\xc3\xa9t\xc3\xa9.\xe5\x90\x8d\xe5\x89\x8d.\xf0\x9f\x99\x82";  // é, 名前, an emoji
   tl.tensorPhase(0, odd, "QUEUED", t0, t0 + std::chrono::microseconds(5));
   tl.tensorPhase(3, "w", "NEGOTIATE", t0, t0 + std::chrono::microseconds(7));
+  tl.tensorPhase(0, utf8, "QUEUED", t0, t0 + std::chrono::microseconds(5));
   tl.operation(0, "ALLREDUCE", 2, 2'000'000, t0, t0 + std::chrono::milliseconds(1));
   tl.step(0, "COLLECTIVE", t0, t0 + std::chrono::microseconds(900));
   tl.stop();
@@ -53,14 +55,16 @@ TEST(Timeline, RecordsBetweenStartAndStopIntoACompleteArray) {
   EXPECT_EQ(text.substr(text.size() - 3), "\n]\n");
   EXPECT_EQ(count(text, "\"before\""), 0u);
   EXPECT_EQ(count(text, "\"after\""), 0u);
-  EXPECT_EQ(count(text, R"("name":"a\"b\\c\u000ad\u00ff\u00fe")"), 1u) << text;
+  // Not UTF-8: U+FFFD each; well-formed UTF-8 stays itself (the file is UTF-8 JSON).
+  EXPECT_EQ(count(text, R"("name":"a\"b\\c\u000ad\ufffd\ufffd")"), 1u) << text;
+  EXPECT_EQ(count(text, "\"name\":\"" + utf8 + "\""), 1u) << text;
   EXPECT_EQ(count(text, R"x("name":"w (process set 3)")x"), 1u);
   EXPECT_EQ(count(text, R"("host":"host\"1","sync_us":42.000)"), 1u) << text;
   // 2 MB in 1 ms: 2 GB/s.
   EXPECT_EQ(count(text, R"("args":{"tensors":2,"bytes":2000000,"GB/s":2.000})"), 1u) << text;
   EXPECT_EQ(count(text, R"("name":"COLLECTIVE","ph":"X")"), 1u);
   EXPECT_EQ(count(text, R"("dur":900.000)"), 1u);
-  EXPECT_EQ(count(text, "\"ph\":\"X\""), 4u);
+  EXPECT_EQ(count(text, "\"ph\":\"X\""), 5u);
   unlink(path.c_str());
 }
 

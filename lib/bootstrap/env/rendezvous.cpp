@@ -33,6 +33,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// While ranks are missing, rank 0 says which after this long, and again this often.
+constexpr std::chrono::seconds kFirstReport{10};
+constexpr std::chrono::seconds kReportEvery{30};
+
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
 // What a rank's variables are called, for messages in the user's terms.
 struct Names {
   const char *rank, *worldSize, *localRank, *localSize, *nodeRank;
@@ -368,6 +374,8 @@ Verdict judge(TcpStoreClient &store, const std::string &p, const LaunchConfig &c
     return {true, topologyVerdict(names, byRankClaims)};
   };
 
+  const Clock::time_point started = Clock::now();
+  Clock::time_point nextReport = started + kFirstReport;
   for (;;) {
     if (decide(false).first) {
       // Before saying yes, take in every claimant counted so far: a duplicate RANK or a rank
@@ -378,7 +386,21 @@ Verdict judge(TcpStoreClient &store, const std::string &p, const LaunchConfig &c
       }
       return decide(true).second;
     }
-    if (!fetch(static_cast<long long>(claimants.size()) + 1, deadline)) return decide(true).second;
+    // Silence while a job forms looks like a hang: every so often, say who is still missing.
+    const Clock::time_point until = std::min(deadline, nextReport);
+    if (fetch(static_cast<long long>(claimants.size()) + 1, until)) continue;
+    if (until == deadline) return decide(true).second;
+    std::vector<int> missing;
+    for (int r = 0; r < n; ++r) {
+      if (std::none_of(claimants.begin(), claimants.end(), [r](const Claim &c) { return c.rank == r; })) {
+        missing.push_back(r);
+      }
+    }
+    HORA_LOG(kWarning) << "rendezvous: " << (n - static_cast<int>(missing.size())) << " of " << n
+                       << " ranks are here after " << static_cast<long>(since(started)) << " s; waiting for "
+                       << ranksWord(missing) << " (the store is at " << storeName << "; HORA_TIMEOUT_S="
+                       << seconds(timeoutS) << ")";
+    nextReport = Clock::now() + kReportEvery;
   }
 }
 
