@@ -116,6 +116,26 @@ hora_status_t guarded(F &&body) {
 constexpr int kMaxNdim = 64;
 constexpr size_t kMaxNameBytes = 4096;
 
+// Any DLPack dtype by name, for messages: "uint16", "complex64", "float32x4" (lanes), or the raw
+// code where DLPack has no name for it.
+std::string dlpackTypeName(DLDataType t) {
+  const char *kind = nullptr;
+  switch (t.code) {
+    case kDLInt: kind = "int"; break;
+    case kDLUInt: kind = "uint"; break;
+    case kDLFloat: kind = "float"; break;
+    case kDLBfloat: kind = "bfloat"; break;
+    case kDLComplex: kind = "complex"; break;
+    case kDLBoolCode: kind = "bool"; break;
+    case kDLOpaqueHandle: kind = "opaque handle "; break;
+    default: break;
+  }
+  std::string name = kind ? std::string(kind) + std::to_string(t.bits)
+                          : "DLPack type code " + std::to_string(t.code) + " of " + std::to_string(t.bits) + " bits";
+  if (t.lanes != 1) name += "x" + std::to_string(t.lanes);
+  return name;
+}
+
 bool dtypeFromDl(DLDataType t, DType *out) {
   if (t.lanes != 1) return false;
   switch (t.code) {
@@ -173,8 +193,8 @@ Parsed parseTensor(const Call &call, const char *role, const DLTensor *t) {
   if (t->ndim > 0 && t->shape == nullptr) bad("shape is NULL with ndim ", t->ndim);
   Parsed p;
   if (!dtypeFromDl(t->dtype, &p.dtype)) {
-    bad("dtype (code ", int(t->dtype.code), ", bits ", int(t->dtype.bits), ", lanes ",
-        t->dtype.lanes,
+    bad("dtype ", dlpackTypeName(t->dtype), " (DLPack code ", int(t->dtype.code), ", bits ",
+        int(t->dtype.bits), ", lanes ", t->dtype.lanes,
         ") is not supported; hora supports uint8, int8, int16, int32, int64, float16, "
         "bfloat16, float32, float64 and bool (8 bits) with lanes 1");
   }

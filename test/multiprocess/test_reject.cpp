@@ -114,10 +114,10 @@ TEST(Reject, AllreduceBadDtypeOnOneOrTwoRanks) {
       expectFailsPromptly(req, "allreduce",
                           {"allreduce 'rj.dtype'", rankWords(refuser() - 1, refuser()) + " rejected",
                            "rank " + before + ": input: is not contiguous",
-                           "rank " + last + ": input: dtype (code 5"});
+                           "rank " + last + ": input: dtype complex64 (DLPack code 5"});
     } else {
       expectFailsPromptly(req, "allreduce", {"allreduce 'rj.dtype'", "rank " + last + " rejected",
-                                             "input: dtype (code 5, bits 64"});
+                                             "input: dtype complex64 (DLPack code 5, bits 64"});
     }
   }
   mp::expectGoodAllreduce("rj.dtype.after", 4);

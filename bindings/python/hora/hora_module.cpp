@@ -187,9 +187,10 @@ class Output {
     }
     const char *format = bufferFormat(tensor_.dtype);
     if (format == nullptr) {
-      throw py::buffer_error("hora: numpy has no type for this dtype (code " +
-                             std::to_string(tensor_.dtype.code) + ", " +
-                             std::to_string(tensor_.dtype.bits) + " bits); use DLPack");
+      // bfloat16 in practice: numpy has none.
+      const std::string name = tensor_.dtype.code == kDLBfloat ? "bfloat" : "DLPack code " + std::to_string(tensor_.dtype.code) + ", ";
+      throw py::buffer_error("hora: numpy has no type for " + name + std::to_string(tensor_.dtype.bits) +
+                             (tensor_.dtype.code == kDLBfloat ? "" : " bits") + "; use DLPack (torch.from_dlpack)");
     }
     const auto itemsize = static_cast<py::ssize_t>(tensor_.dtype.bits / 8);
     std::vector<py::ssize_t> shape(tensor_.shape, tensor_.shape + tensor_.ndim);
