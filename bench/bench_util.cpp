@@ -100,8 +100,17 @@ ParseResult parseCommandLine(int argc, char **argv, const std::vector<OptionSpec
       value = inlineValue.c_str();
     }
     const OptionSpec *spec = nullptr;
+    const bool positional = name.empty() || name[0] != '-';
     for (const OptionSpec &s : specs)
-      if (std::find(s.names.begin(), s.names.end(), name) != s.names.end()) spec = &s;
+      if (std::find(s.names.begin(), s.names.end(), positional ? "" : name) != s.names.end()) spec = &s;
+    if (spec && positional) {
+      const std::string why = spec->set(argv[i]);
+      if (!why.empty()) {
+        *error = "'" + name + "': " + why;
+        return ParseResult::kError;
+      }
+      continue;
+    }
     if (!spec) {
       *error = "unknown option " + name + (name.empty() || name[0] != '-' ? " (every option "
                "takes the form -x VALUE or --name VALUE)" : "");

@@ -39,6 +39,7 @@ bool parseDouble(const char *text, double lo, double hi, double *out);
 // One option with a value: every name it answers to ("-b", "--minbytes") and what it does with
 // the value. set returns "" when the value is good, else the reason it is not.
 struct OptionSpec {
+  // "-x" and "--name" spellings; "" takes a positional argument (a word without a dash).
   std::vector<std::string> names;
   std::function<std::string(const char *value)> set;
 };

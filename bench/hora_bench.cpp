@@ -59,7 +59,11 @@ const CollInfo kColls[] = {
     {"alltoall", Coll::kAlltoall, "MPI_Alltoall", "gloo::alltoall", false, true, true, false},
 };
 
-const CollInfo *findColl(const std::string &name) {
+// hora's names, and nccl-tests' (all_reduce, all_gather, reduce_scatter, alltoall, broadcast, with
+// or without its binaries' "_perf").
+const CollInfo *findColl(std::string name) {
+  if (name.size() > 5 && name.compare(name.size() - 5, 5, "_perf") == 0) name.resize(name.size() - 5);
+  name.erase(std::remove(name.begin(), name.end(), '_'), name.end());
   for (const CollInfo &c : kColls)
     if (name == c.name) return &c;
   return nullptr;
@@ -115,16 +119,19 @@ struct Options {
   std::string planes;  // --planes, "" = defaultPlanes()
   std::string device = "cpu";  // cpu, or cuda (--device cuda: tensors on the GPU, raw NCCL column)
   std::string json, plot;
+  std::vector<std::string> notes;  // nccl-tests options that do not apply here, said in the header
 };
 
 void usage(FILE *f) {
   std::fprintf(
       f,
-      "usage: mpirun -np N hora-bench [--op allreduce|allgather|broadcast|reducescatter|alltoall]\n"
-      "         [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [--trials T] [-c 0|1]\n"
-      "         [-o %s] [-d %s]\n"
-      "         [-r ROOT] [--blocking 0|1] [--planes LIST] [--mpi 0|1] [--gloo 0|1] [--memcpy 0|1]\n"
+      "usage: mpirun -np N hora-bench [COLLECTIVE] [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS]\n"
+      "         [-w WARMUP] [--trials T] [-c 0|N] [-o %s] [-d %s]\n"
+      "         [-r ROOT] [-z 0|1] [--planes LIST] [--mpi 0|1] [--gloo 0|1] [--memcpy 0|1]\n"
       "         [--json FILE] [--plot FILE.png]\n"
+      "  COLLECTIVE: allreduce (default), allgather, broadcast, reducescatter, alltoall, or\n"
+      "  nccl-tests' names (all_reduce, all_gather, reduce_scatter, all_reduce_perf, ...);\n"
+      "  --coll NAME says the same\n"
       "   or: tools/horarun -np N hora-bench ...   (or torchrun-style variables: MASTER_ADDR,\n"
       "       MASTER_PORT, RANK, WORLD_SIZE; or srun)\n"
       "\n"
@@ -137,12 +144,16 @@ void usage(FILE *f) {
       "  --trials T       time the -n iterations T times over and report the median (default 1,\n"
       "                   nccl-tests' one timed loop); small sizes take microseconds, so one\n"
       "                   preempted thread decides a single loop's figure\n"
-      "  -c, --check      verify results, counted in #wrong (default 1); never timed\n"
-      "  -o, --redop      reduction of allreduce and reducescatter (default sum)\n"
+      "  -c, --check      0: no check; N: verify results, counted in #wrong (default 1; each\n"
+      "                   size is checked once whatever N); never timed\n"
+      "  -o, --op         reduction of allreduce and reducescatter (default sum; --redop too; a\n"
+      "                   collective's name here still picks the collective)\n"
       "  -d, --datatype   element type (default float)\n"
       "  -r, --root       broadcast root (default 0)\n"
-      "  --op             the collective (default allreduce)\n"
-      "  --blocking 1     latency mode: wait for each hora op before submitting the next\n"
+      "  -z, --blocking 1 latency mode: wait for each hora op before submitting the next\n"
+      "  -a, -G, -t, -g   nccl-tests' averaging, CUDA graph, thread and GPU counts: taken and\n"
+      "                   noted in the header, not applied (times are the slowest rank's; one GPU\n"
+      "                   and one thread per rank)\n"
       "  --planes LIST    hora's CPU planes to compare, comma-separated: mpi, gloo, ucx (or auto,\n"
       "                   hora's own choice). The size sweep runs once per plane (hora_shutdown,\n"
       "                   HORA_CPU_BACKEND=PLANE, hora_init), all in one table. Default: mpi\n"
@@ -224,7 +235,23 @@ std::vector<OptionSpec> optionSpecs(Options *o) {
       return "";
     };
   };
+  auto collective = [o](const char *v) -> std::string {
+    if (!findColl(v)) return "not a collective (allreduce, allgather, broadcast, reducescatter, alltoall)";
+    o->coll = v;
+    return "";
+  };
+  // nccl-tests options that have no meaning here: taken, and said in the table's header.
+  auto notApplied = [o](const char *flag, const char *why) {
+    return [o, flag, why](const char *v) -> std::string {
+      int64_t n = 0;
+      if (!parseInt(v, 0, INT_MAX, &n)) return "expected an integer";
+      o->notes.push_back(std::string(flag) + " " + v + ": " + why);
+      return "";
+    };
+  };
   return {
+      {{""}, collective},
+      {{"--coll", "--collective"}, collective},
       {{"-b", "--minbytes"}, bytes(&o->minBytes)},
       {{"-e", "--maxbytes"}, bytes(&o->maxBytes)},
       {{"-f", "--stepfactor"},
@@ -234,12 +261,36 @@ std::vector<OptionSpec> optionSpecs(Options *o) {
       {{"-n", "--iters"}, integer(&o->iters, 1)},
       {{"-w", "--warmup_iters"}, integer(&o->warmup, 0)},
       {{"--trials"}, integer(&o->trials, 1)},
-      {{"-c", "--check"}, flag(&o->check)},
-      {{"-o", "--redop"}, text(&o->redop)},
+      // nccl-tests: 0 = no check, N = check N iterations; hora-bench checks each size once.
+      {{"-c", "--check"},
+       [o](const char *v) -> std::string {
+         int64_t n = 0;
+         if (!parseInt(v, 0, INT_MAX, &n)) return "expected 0 (no check) or a count";
+         o->check = n != 0;
+         return "";
+       }},
+      // nccl-tests' --op is the reduction; a collective's name there is hora-bench's old spelling.
+      {{"-o", "--op", "--redop"},
+       [o](const char *v) -> std::string {
+         if (findReduceOp(v)) {
+           o->redop = v;
+         } else if (findColl(v)) {
+           o->coll = v;
+         } else {
+           return "expected a reduction (" + reduceOpNames() + ")";
+         }
+         return "";
+       }},
       {{"-d", "--datatype"}, text(&o->dtype)},
       {{"-r", "--root"}, integer(&o->root, 0)},
-      {{"--op"}, text(&o->coll)},
-      {{"--blocking"}, flag(&o->blocking)},
+      {{"-z", "--blocking"}, flag(&o->blocking)},
+      {{"-a", "--average"},
+       notApplied("-a", "n/a: every time is the slowest rank's (nccl-tests' -a 3)")},
+      {{"-G", "--cudagraph"}, notApplied("-G", "n/a: hora launches no CUDA graphs")},
+      {{"-t", "--nthreads"},
+       notApplied("-t", "n/a: one rank per process; start more ranks instead of threads")},
+      {{"-g", "--ngpus"},
+       notApplied("-g", "n/a: one GPU per rank (the local rank's); start one rank per GPU")},
       {{"--mpi"}, flag(&o->mpi)},
       {{"--gloo"}, flag(&o->gloo)},
       {{"--memcpy"}, flag(&o->memcpy)},
@@ -1063,7 +1114,7 @@ int run(int argc, char **argv) {
   std::vector<std::string> planeNames;
   if (parsed == ParseResult::kRun) {
     if (!coll)
-      error = "unknown --op " + opt.coll +
+      error = "unknown collective " + opt.coll +
               " (allreduce, allgather, broadcast, reducescatter or alltoall)";
     else if (!type)
       error = "unknown -d " + opt.dtype + " (" + dtypeNames() + ")";
@@ -1163,6 +1214,7 @@ int run(int argc, char **argv) {
                              : "-n ops submitted async back to back, then one wait for all",
                 opt.trials == 1 ? "" : ", median of the trials",
                 opt.blocking ? "; median = the median op (each op's slowest rank)" : "");
+    for (const std::string &note : opt.notes) std::printf("# note: %s\n", note.c_str());
     // A timed loop names -n ops: past the response cache's capacity every op negotiates through
     // the coordinator, which a training step (whose names repeat) does not.
     const char *capacityText = std::getenv("HORA_CACHE_CAPACITY");

@@ -29,7 +29,7 @@ expect_error() {
 }
 
 # Under the launcher (2 ranks): rank 0 alone says it, once.
-expect_error "unknown --op gather" "$@" "$bench" --op gather
+expect_error "bad value for --op: 'gather': expected a reduction" "$@" "$bench" --op gather
 expect_error "-r 2 is not a rank" "$@" "$bench" --op broadcast -r 2
 # The rest of the command-line checks run in one process (a world of one): the same parser, a
 # quarter of the time of a launch.
@@ -41,6 +41,9 @@ expect_error "need 1 <= -b <= -e" "$bench" -b 64K -e 4K
 expect_error "unknown -d float8" "$bench" -d float8
 expect_error "-o avg needs a floating-point -d" "$bench" -d int32 -o avg
 expect_error "unknown --device tpu" "$bench" --device tpu
+expect_error "'gather': not a collective" "$bench" gather
+expect_error "bad value for --coll: 'sum': not a collective" "$bench" --coll sum
+expect_error "bad value for -a: 'x': expected an integer" "$bench" -a x
 expect_error "unknown plane 'nccl'" "$bench" --planes gloo,nccl
 expect_error "plane 'gloo' given twice" "$grads" --planes gloo,gloo
 # Without a GPU (or without NCCL in the build), --device cuda says which.
@@ -65,6 +68,27 @@ elif HORA_CACHE_CAPACITY=4 "$@" -x HORA_CACHE_CAPACITY "$bench" -b 4 -e 4 -n 4 -
   failures=$((failures + 1))
 else
   echo "ok: -n past HORA_CACHE_CAPACITY noted"
+fi
+
+# nccl-tests' command lines: the collective by name (positional, nccl-tests' spelling), --op as the
+# reduction, -z, -c COUNT; -a, -G, -t and -g are taken and noted, not applied.
+out=$("$@" "$bench" reduce_scatter_perf -b 4 -e 4 -n 2 -w 1 --op max -z 1 -c 3 -a 1 -G 0 -t 1 -g 1 \
+      --gloo 0 2>&1)
+if [ $? -ne 0 ] || ! grep -qF "# hora-bench: reducescatter, 2 ranks, float, redop max" <<< "$out" ||
+   ! grep -qF "(--blocking 1)" <<< "$out" || ! grep -qF "check on" <<< "$out" ||
+   [ "$(grep -c '^# note: -[aGtg] ' <<< "$out")" -ne 4 ]; then
+  echo "FAIL: an nccl-tests command line:"
+  echo "$out"
+  failures=$((failures + 1))
+else
+  echo "ok: reduce_scatter_perf --op max -z 1 -c 3 -a 1 -G 0 -t 1 -g 1"
+fi
+out=$("$bench" --op allgather -b 4 -e 4 -n 1 -w 0 -c 0 --gloo 0 2>&1)
+if ! grep -qF "# hora-bench: allgather, 1 ranks, float, redop none, 4 B .. 4 B x2, 1 iters, 0 warm-up, 1 trial, check off" <<< "$out"; then
+  echo "FAIL: --op allgather (the old spelling) with -c 0"
+  failures=$((failures + 1))
+else
+  echo "ok: --op allgather, -c 0"
 fi
 
 # --help is not an error
