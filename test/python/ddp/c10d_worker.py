@@ -11,9 +11,7 @@ import time
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import launch_env  # noqa: E402  (MASTER_ADDR/PORT, RANK, WORLD_SIZE under mpirun)
 
-launch_env.fill()
 warnings.filterwarnings("ignore", message=".*all_gather_coalesced will be deprecated")
 
 import torch  # noqa: E402

@@ -2,7 +2,6 @@
 """Shared by the tests of the "hora" torch.distributed backend: the harness and the launches."""
 
 import os
-import socket
 import sys
 
 import pytest
@@ -13,21 +12,16 @@ sys.path.insert(0, os.path.dirname(HERE))  # test/python: harness.py
 import harness  # noqa: E402
 
 
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run(np_, script, args=(), launcher="horarun", timeout=180):
     """Runs `script` (a file next to this one, or a path) as np_ ranks; returns all output as one
     string. Fails the test with every rank's output when a rank fails or the watchdog fires.
-    Under mpirun every rank needs the same MASTER_PORT for torch's env:// store (horarun picks
-    one itself); the workers take the rest from OMPI_COMM_WORLD_*."""
+    Under a plain mpirun nothing sets torch's RANK, WORLD_SIZE, MASTER_ADDR or MASTER_PORT:
+    importing hora.distributed fills them from hora's MPI world (what these tests check too)."""
     path = script if os.path.isabs(script) else os.path.join(HERE, script)
-    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": free_port()} if launcher == "mpirun" else {}
-    return harness.run_ranks(np_, path, args=list(args), launcher=launcher, timeout=timeout,
-                             env=env)
+    if launcher == "mpirun":
+        for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"):
+            os.environ.pop(name, None)  # the caller's must not reach the ranks
+    return harness.run_ranks(np_, path, args=list(args), launcher=launcher, timeout=timeout)
 
 
 def launches(horarun_sizes, mpirun_sizes=(2,)):

@@ -11,9 +11,7 @@ import sys
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import launch_env  # noqa: E402
 
-launch_env.fill()
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -85,8 +83,9 @@ def main():
     args = parser.parse_args()
     os.environ.setdefault("HORA_TIMEOUT_S", "60")
     warnings.filterwarnings("ignore", message=".*find_unused_parameters=True.*")
-    if args.backend == "hora":
-        import hora.distributed  # noqa: F401
+    # Registers the hora backend; under a plain mpirun it also gives torch its env:// variables,
+    # which the gloo run needs too.
+    import hora.distributed  # noqa: F401
     dtype = getattr(torch, args.dtype)
 
     dist.init_process_group(args.backend)

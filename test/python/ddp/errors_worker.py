@@ -9,10 +9,8 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "..", "common"))
-import launch_env  # noqa: E402
 from time_scale import scaled  # noqa: E402
 
-launch_env.fill()
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402

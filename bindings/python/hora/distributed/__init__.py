@@ -3,8 +3,9 @@
 
     import torch.distributed as dist
     import hora.distributed            # registers the backend
-    dist.init_process_group("hora")    # env:// as with any backend (torchrun, horarun, or mpirun
-                                       # with MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE set)
+    dist.init_process_group("hora")    # env:// as with any backend: torchrun, horarun, or a
+                                       # plain mpirun (the import fills RANK, WORLD_SIZE,
+                                       # MASTER_ADDR and MASTER_PORT from hora's MPI world)
     model = torch.nn.parallel.DistributedDataParallel(model)
 
 Each collective is one hora request, named so that hora matches it across ranks (see README,
@@ -142,6 +143,58 @@ def _new_process_group_helper(group_size, group_rank, global_ranks_in_group, bac
                                            backend, store, *args, **kwargs)
 
 
+# Variables torch's env:// rendezvous needs, and those of an MPI launcher.
+_TORCH_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+_MPI_LAUNCHER = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK")
+
+
+def _route_to(host):
+    """This host's address on the route to `host`; None if there is none."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((socket.gethostbyname(host), 9))
+            return s.getsockname()[0]
+    except OSError:
+        return None
+
+
+def _env_from_mpi():
+    """Under a plain `mpirun`, torch's env:// rendezvous would fail ("RANK expected"): nothing set
+    RANK, WORLD_SIZE, MASTER_ADDR or MASTER_PORT. hora forms its world through MPI anyway, so
+    start it now and give torch what it lacks: the rank and size of that world, and for torch's
+    store rank 0's address (127.0.0.1 when every rank is on one host) and a port free there.
+    hora shuts down again afterwards, so that knobs set before init_process_group (and its
+    timeout) still apply when the backend starts it. Collective: every rank imports this
+    module. Variables already set are kept."""
+    if not any(os.environ.get(v) for v in _MPI_LAUNCHER) or all(os.environ.get(v) for v in _TORCH_ENV):
+        return
+    import numpy as np
+
+    hora.init()
+    size = hora.size()
+    name = np.zeros(256, dtype=np.uint8)
+    raw = socket.gethostname().encode()[:255]
+    name[:len(raw)] = np.frombuffer(raw, dtype=np.uint8)
+    hosts = [bytes(h).rstrip(b"\0").decode() for h in
+             hora.allgather(name, name="hora.distributed.env.hosts").reshape(size, 256)]
+    master = np.zeros(2, dtype=np.int64)  # IPv4 address as an integer, port
+    if hora.rank() == 0:
+        address = "127.0.0.1"
+        others = [h for h in hosts if h != hosts[0]]
+        if others:
+            address = _route_to(others[0]) or socket.gethostbyname(hosts[0])
+        master[:] = (int.from_bytes(socket.inet_aton(address), "big"), _free_port())
+    hora.broadcast_(master, 0, name="hora.distributed.env.master")
+    defaults = {"RANK": str(hora.rank()), "WORLD_SIZE": str(size),
+                "MASTER_ADDR": socket.inet_ntoa(int(master[0]).to_bytes(4, "big")),
+                "MASTER_PORT": str(int(master[1])),
+                "LOCAL_RANK": str(hora.local_rank()), "LOCAL_WORLD_SIZE": str(hora.local_size())}
+    hora.shutdown()
+    for variable, value in defaults.items():
+        os.environ.setdefault(variable, value)
+
+
 if BACKEND.upper() not in dist.Backend._plugins:
     dist.Backend.register_backend(BACKEND, _create_process_group, extended_api=True)
     _torch_c10d._new_process_group_helper = _new_process_group_helper
+    _env_from_mpi()
