@@ -283,8 +283,9 @@ class ClusterRestart(ClusterTest):
 
 class ClusterElastic(ClusterTest):
     def test_other_host_carries_on(self):
+        # --nnodes 2:2: the first world waits for both hosts' workers
         proc = self.agents("-np 1 --min-np 1", SURVIVOR_PROG,
-                           ["AGENT_NNODES=1:2", "HORA_TIMEOUT_S=30"])
+                           ["AGENT_NNODES=2:2", "HORA_TIMEOUT_S=30"])
         self.assertEqual(proc.returncode, 0, self.show(proc))
         self.assertRegex(proc.stdout, r"rank 0 of 1: 20 steps correct, 2 worlds")
 
