@@ -131,6 +131,17 @@ class Forming(AgentTest):
                          r"here after 1\d s; waiting for rank 1 \(the store is at ")
 
 
+    def test_agents_say_who_they_wait_for(self):
+        # a round short of MIN agents is reported after 10 s, then fails at --rdzv-timeout
+        proc = horarun("--nnodes", "2:2", "--rdzv-endpoint", "127.0.0.1:%d" % free_port(),
+                       "--rdzv-timeout", "11", "-np", "1", "true")
+        self.assertEqual(proc.returncode, 1, self.show(proc))
+        self.assertRegex(proc.stderr, r"horarun: round 0: 1 of the 2 agents that --nnodes 2:2 "
+                         r"needs have joined after 1\d s; waiting for the others")
+        self.assertIn("only 1 of the 2 agents that --nnodes 2:2 needs joined round 0 within 11 s",
+                      proc.stderr)
+
+
 class Usage(AgentTest):
     def assertUsage(self, args, message):
         proc = horarun(*(list(args) + ["true"]))
