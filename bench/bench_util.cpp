@@ -5,6 +5,10 @@
 
 #include "world.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -436,6 +440,40 @@ std::vector<RankInfo> gatherRanks() {
 void printRanks(FILE *f, const std::vector<RankInfo> &ranks) {
   for (size_t r = 0; r < ranks.size(); ++r)
     std::fprintf(f, "#  Rank %2zu Pid %7d on %10s\n", r, ranks[r].pid, ranks[r].host.c_str());
+}
+
+std::string routeAddressTo(const char *host) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo *res = nullptr;
+  if (getaddrinfo(host, "9", &hints, &res) != 0 || res == nullptr) return "";
+  std::string out;
+  const int fd = socket(AF_INET, SOCK_DGRAM, 0);
+  if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+    sockaddr_in me{};
+    socklen_t len = sizeof me;
+    char text[INET_ADDRSTRLEN] = {0};
+    if (getsockname(fd, reinterpret_cast<sockaddr *>(&me), &len) == 0 &&
+        inet_ntop(AF_INET, &me.sin_addr, text, sizeof text) != nullptr)
+      out = text;
+  }
+  if (fd >= 0) close(fd);
+  freeaddrinfo(res);
+  return out;
+}
+
+std::string listenAddress(const std::vector<RankInfo> &ranks) {
+  bool oneHost = true;
+  for (const RankInfo &r : ranks) oneHost = oneHost && r.host == ranks[0].host;
+  if (oneHost) return "127.0.0.1";
+  if (const char *master = std::getenv("MASTER_ADDR"); master && *master) {
+    const std::string a = routeAddressTo(master);
+    if (!a.empty()) return a;
+  }
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  return host;
 }
 
 DLTensor cpuTensor(void *data, DLDataType dtype, int64_t *shape) {

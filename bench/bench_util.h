@@ -137,6 +137,12 @@ struct RankInfo {
 std::vector<RankInfo> gatherRanks();
 // One "#  Rank  r Pid p on host" line per rank, nccl-tests style. Call on one rank.
 void printRanks(FILE *f, const std::vector<RankInfo> &ranks);
+// The local IPv4 address that routes to `host` (a connected UDP socket's own address; no packet
+// is sent), "" if there is none.
+std::string routeAddressTo(const char *host);
+// The address this rank's benchmark sockets listen on: loopback where every rank is on one host,
+// else the address that routes to MASTER_ADDR, else the host name.
+std::string listenAddress(const std::vector<RankInfo> &ranks);
 
 // A 1-D CPU tensor of `*shape` elements (shape must outlive the tensor's use).
 DLTensor cpuTensor(void *data, DLDataType dtype, int64_t *shape);

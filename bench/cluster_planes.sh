@@ -2,6 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # hora's CPU planes across hosts, measured on a cluster of network-namespace hosts on this machine
 # (tools/hora-cluster), every comparison in one run of its harness:
+#   0. the network's own bound (bench/hora_link.cpp): plain TCP sockets between the same hosts,
+#      latency of one and two all-to-all exchanges, each rank's rate, the allreduce bound
 #   1. blocking allreduce 4 B .. 64 MiB, hora on UCX and on Gloo against raw Gloo (hora-bench),
 #      2 hosts x 1 and 2 hosts x 2 ranks
 #   2. hora (UCX, then Gloo) against torch.distributed's own Gloo (bench/torch_gloo.py), same shapes
@@ -36,6 +38,10 @@ if ! $cluster --check >/dev/null 2>&1; then
   exit 77
 fi
 
+link=$build/bench/hora-link
+for R in 1 2; do
+  run "link_2x$R" $cluster --hosts 2 -R $R "$link" --bytes 64M --sizes 4,1M,64M
+done
 for R in 1 2; do
   run "allreduce_2x$R" $cluster --hosts 2 -R $R "$bench" -b 4 -e 64M -f 16 --blocking 1 \
     --planes ucx,gloo -n 40 -w 5 --memcpy 0 --json "$out/allreduce_2x$R.json"

@@ -30,45 +30,6 @@
 #endif
 
 namespace hora::bench {
-namespace {
-
-// The local IPv4 address that routes to host (a connected UDP socket's own address; no packet
-// is sent), "" if there is none.
-std::string routeAddressTo(const char *host) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo *res = nullptr;
-  if (getaddrinfo(host, "9", &hints, &res) != 0 || res == nullptr) return "";
-  std::string out;
-  const int fd = socket(AF_INET, SOCK_DGRAM, 0);
-  if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
-    sockaddr_in me{};
-    socklen_t len = sizeof me;
-    char text[INET_ADDRSTRLEN] = {0};
-    if (getsockname(fd, reinterpret_cast<sockaddr *>(&me), &len) == 0 &&
-        inet_ntop(AF_INET, &me.sin_addr, text, sizeof text) != nullptr)
-      out = text;
-  }
-  if (fd >= 0) close(fd);
-  freeaddrinfo(res);
-  return out;
-}
-
-std::string listenAddress(const std::vector<RankInfo> &ranks) {
-  bool oneHost = true;
-  for (const RankInfo &r : ranks) oneHost = oneHost && r.host == ranks[0].host;
-  if (oneHost) return "127.0.0.1";
-  if (const char *master = std::getenv("MASTER_ADDR"); master && *master) {
-    const std::string a = routeAddressTo(master);
-    if (!a.empty()) return a;
-  }
-  char host[256] = {0};
-  gethostname(host, sizeof host - 1);
-  return host;
-}
-
-}  // namespace
 
 #if HORA_BENCH_GLOO
 
@@ -222,7 +183,6 @@ RawGloo::~RawGloo() = default;
 const std::string &RawGloo::address() const { return impl_->address; }
 std::unique_ptr<RawGloo> RawGloo::connect(int, const std::vector<RankInfo> &ranks,
                                           std::string *whyNot) {
-  (void)listenAddress;
   (void)ranks;
   *whyNot = "this build has no Gloo (meson found no libgloo-dev)";
   return nullptr;

@@ -24,7 +24,7 @@ done
 for demo in hora-example hora-stall-demo; do
   [ ! -e "$bin/$demo" ] || fail "$demo (an example) was installed into bin/"
 done
-for tool in hora-info hora-store hora-bench hora-grads; do
+for tool in hora-info hora-store hora-bench hora-grads hora-link; do
   [ -e "$bin/$tool" ] || continue
   runpath=$(readelf -d "$bin/$tool" | sed -n 's/.*(RUNPATH).*\[\(.*\)\]/\1/p; s/.*(RPATH).*\[\(.*\)\]/\1/p')
   case ":$runpath:" in

@@ -23,6 +23,7 @@ from time_scale import scaled  # noqa: E402
 
 TOOL = os.environ.get("CLUSTER_TOOL") or os.path.join(HERE, "..", "..", "tools", "hora-cluster")
 CHECK_PROG = os.environ.get("NETNS_CHECK_PROG", "")
+LINK_PROG = os.environ.get("HORA_LINK_PROG", "")
 WITH_MPI = os.environ.get("CLUSTER_TEST_MPI") == "1" and shutil.which("mpirun") is not None
 RUN_TIMEOUT_S = scaled(60)
 needs_check_prog = unittest.skipUnless(CHECK_PROG, "NETNS_CHECK_PROG not set (meson sets it)")
@@ -441,6 +442,31 @@ class Shaping(ClusterTest):
         self.assertTrue(m, proc.stdout)
         self.assertEqual(int(m.group(1)), size)
         self.assertGreater(float(m.group(2)), (size - 64 * 1024) * 8 / 50e6 * 0.9)
+        self.assertClean(pid, proc)
+
+
+@unittest.skipUnless(LINK_PROG, "no hora-link in this build")
+class LinkBound(ClusterTest):
+    """hora-link between 2 hosts over links shaped to 100 Mbit/s: the rate it measures cannot
+    exceed the link's, and the allreduce bound it prints follows from that rate."""
+
+    def test_shaped(self):
+        proc, pid, _ = run_tool(["--hosts", "2", "--rate", "100mbit", LINK_PROG, "--ops", "50",
+                                 "--bytes", "2M", "--sizes", "4,8M"])
+        self.assertOk(proc)
+        out = proc.stdout
+        self.assertEqual(len(re.findall(r"^\[0\] +[12] +(sleep|spin) ", out, re.M)), 4, out)
+        m = re.search(r"per rank, each way: ([0-9.]+) GB/s", out)
+        self.assertTrue(m, out)
+        rate = float(m.group(1))
+        # 100 Mbit/s is 0.0125 GB/s; a tbf bucket (64 KiB) of 2 MiB may pass at once.
+        self.assertGreater(rate, 0)
+        self.assertLess(rate, 0.0125 * 1.05 * 2 / (2 - 64 / 1024))
+        m = re.search(r"^\[0\] +8388608 +([0-9.]+) +([0-9.]+)", out, re.M)
+        self.assertTrue(m, out)
+        # 2 hosts x 1 rank: each rank sends the whole vector's worth, 8 MiB, at `rate`.
+        expected = 8 * 2**20 / (rate * 1e9) * 1e6
+        self.assertAlmostEqual(float(m.group(1)), expected, delta=0.01 * expected)
         self.assertClean(pid, proc)
 
 
