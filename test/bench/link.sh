@@ -3,7 +3,7 @@
 # hora-link on one host under horarun (two env:// ranks): the latency table has its four rows
 # (one and two exchanges, asleep and spinning), each with positive figures; the bandwidth part
 # says that nothing crosses a network; bad options are refused with the usage.
-#   usage: link.sh HORA_LINK HORARUN
+#   usage: link.sh LINK_PROGRAM HORARUN
 set -euo pipefail
 link=$1
 horarun=$2

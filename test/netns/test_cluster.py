@@ -23,7 +23,7 @@ from time_scale import scaled  # noqa: E402
 
 TOOL = os.environ.get("CLUSTER_TOOL") or os.path.join(HERE, "..", "..", "tools", "hora-cluster")
 CHECK_PROG = os.environ.get("NETNS_CHECK_PROG", "")
-LINK_PROG = os.environ.get("HORA_LINK_PROG", "")
+LINK_PROG = os.environ.get("CLUSTER_LINK_PROG", "")
 WITH_MPI = os.environ.get("CLUSTER_TEST_MPI") == "1" and shutil.which("mpirun") is not None
 RUN_TIMEOUT_S = scaled(60)
 needs_check_prog = unittest.skipUnless(CHECK_PROG, "NETNS_CHECK_PROG not set (meson sets it)")
