@@ -228,6 +228,21 @@ class EnvRanks(ClusterTest):
         self.assertIn("[0] netns: 3 ranks on 3 hosts: OK", proc.stdout)
         self.assertClean(pid, proc)
 
+    @needs_check_prog
+    def test_ucx_alone_on_each_host_quiet(self):
+        # Every rank alone on its host: the UCX plane sends eagerly and widens the TCP transport's
+        # segments, keys UCX warns about where no transport takes them (UCX_TLS without tcp).
+        for tls in (None, "tcp,self", "sm,tcp"):
+            args = ["--hosts", "2", "-R", "1", "-x", "HORA_CPU_BACKEND=ucx",
+                    "-x", "HORA_TIMEOUT_S=%d" % scaled(30)]
+            if tls:
+                args += ["-x", "UCX_TLS=" + tls]
+            proc, pid, _ = run_tool(args + [CHECK_PROG, "2"])
+            self.assertOk(proc)
+            self.assertIn("[0] netns: 2 ranks on 2 hosts: OK", proc.stdout)
+            self.assertNotIn("UCX  WARN", proc.stdout + proc.stderr, tls)
+            self.assertClean(pid, proc)
+
     def test_variables(self):
         script = 'echo "$RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $NODE_RANK $(hostname) ' \
                  '$MASTER_ADDR $MASTER_PORT ${OMPI_COMM_WORLD_SIZE:-none}"'

@@ -63,6 +63,15 @@ uint64_t get64(const std::string &in, size_t &at) {
   return v;
 }
 
+// Whether UCX_TLS (unset, a list, or "^list" for all but those) lets UCX use its TCP transport.
+bool tcpAllowed(const char *tls) {
+  if (tls == nullptr || *tls == '\0') return true;
+  const std::string list(tls);
+  const bool names = list.find("tcp") != std::string::npos;
+  if (list[0] == '^') return !names;
+  return names || list.find("all") != std::string::npos;
+}
+
 }  // namespace
 
 UcxComm::UcxComm(Group &group, double timeoutS)
@@ -108,7 +117,19 @@ UcxComm::UcxComm(Group &group, double timeoutS)
 void UcxComm::startWorker(bool eagerOnly) {
   ucp_config_t *config = nullptr;
   check(ucp_config_read(nullptr, nullptr, &config), "reading UCX_* configuration");
-  if (eagerOnly) ucp_config_modify(config, "RNDV_THRESH", "inf");
+  if (eagerOnly) {
+    ucp_config_modify(config, "RNDV_THRESH", "inf");
+    // Every message then goes eager, cut into TCP segments of UCX_TCP_TX_SEG_SIZE (8 KiB by
+    // default) and received through buffers of UCX_TCP_RX_SEG_SIZE (64 KiB), each a send, a
+    // receive and a copy: larger ones carry a 64 MiB allreduce between 2 namespace hosts 10-16%
+    // faster (median of 6 alternating runs, docs/ucx.md). Only the TCP transport has these keys
+    // (UCX warns about a key no transport takes, so not where UCX_TLS rules TCP out); what the
+    // user set stays.
+    if (tcpAllowed(std::getenv("UCX_TLS"))) {
+      if (std::getenv("UCX_TCP_TX_SEG_SIZE") == nullptr) ucp_config_modify(config, "TX_SEG_SIZE", "64k");
+      if (std::getenv("UCX_TCP_RX_SEG_SIZE") == nullptr) ucp_config_modify(config, "RX_SEG_SIZE", "256k");
+    }
+  }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
   params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
