@@ -14,6 +14,7 @@
 //
 // Usage: hora-link [--ops N] [--bytes SIZE] [--sizes 4,64M,...]   (under any launcher hora-bench takes)
 #include <fcntl.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -79,8 +80,21 @@ std::vector<int> connectMesh(const std::vector<RankInfo> &ranks) {
   if (lfd < 0) fail("socket");
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
+  // A numeric address, or this host's name (no MASTER_ADDR, e.g. under mpirun): its IPv4 address,
+  // which the peers will connect to.
   const std::string host = listenAddress(ranks);
-  if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
+    addrinfo hints{};
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo *res = nullptr;
+    if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || res == nullptr) {
+      errno = EADDRNOTAVAIL;
+      fail(("resolving this host's name " + host + " to an IPv4 address").c_str());
+    }
+    addr.sin_addr = reinterpret_cast<sockaddr_in *>(res->ai_addr)->sin_addr;
+    freeaddrinfo(res);
+  }
   if (bind(lfd, reinterpret_cast<sockaddr *>(&addr), sizeof addr) != 0) fail("bind");
   if (listen(lfd, n) != 0) fail("listen");
   socklen_t len = sizeof addr;
