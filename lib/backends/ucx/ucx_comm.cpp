@@ -121,7 +121,7 @@ void UcxComm::startWorker(bool eagerOnly) {
     ucp_config_modify(config, "RNDV_THRESH", "inf");
     // Every message then goes eager, cut into TCP segments of UCX_TCP_TX_SEG_SIZE (8 KiB by
     // default) and received through buffers of UCX_TCP_RX_SEG_SIZE (64 KiB), each a send, a
-    // receive and a copy: larger ones carry a 64 MiB allreduce between 2 namespace hosts 10-16%
+    // receive and a copy: larger ones carry a 64 MiB allreduce between 2 namespace hosts 11-13%
     // faster (median of 6 alternating runs, docs/ucx.md). Only the TCP transport has these keys
     // (UCX warns about a key no transport takes, so not where UCX_TLS rules TCP out); what the
     // user set stays.
