@@ -82,7 +82,9 @@ class GlooMesh {
   size_t sendSome(int to, const uint8_t *data, size_t bytes);
   size_t recvSome(int from, uint8_t *data, size_t bytes);
   // Until `to` (-1: none) can take bytes or `from` (-1: none) has some; throws past the deadline.
-  void await(int to, int from, Deadline &deadline);
+  // `brief`: a small message whose reply is due, so look for it for spinUs_ (yielding the core
+  // between looks) before sleeping in poll.
+  void await(int to, int from, Deadline &deadline, bool brief = false);
   // Throws the error of a transfer with `peer` (error 0: the peer closed the connection) in
   // words glooCall classifies as Gloo's own.
   [[noreturn]] void fail(int peer, const char *what, int error) const;
@@ -97,6 +99,7 @@ class GlooMesh {
   int rank_;
   int size_;
   int64_t timeoutMs_;              // without progress, a transfer fails after this; -1: never
+  std::chrono::microseconds spinUs_{30};  // await(brief): HORA_TEST_GLOO_SPIN_US (0: never)
   std::vector<int> sockets_;       // by peer rank: the pair's socket
   std::vector<std::string> peerNames_;  // by peer rank: the socket's remote address, for errors
   std::vector<uint8_t> scratch_;  // grows to the largest staging a collective has needed
