@@ -144,6 +144,17 @@ HORA_API hora_status_t hora_process_set_destroy(int32_t id);
 /* This rank's rank within the set and the set's size; -1 if unknown or not a member. */
 HORA_API int hora_process_set_rank(int32_t id);
 HORA_API int hora_process_set_size(int32_t id);
+/* Not collective: stops process set `id` on this rank at once, as a failure (as NCCL's
+   ncclCommAbort does a communicator; torch's "hora" backend calls it when an op outlives the
+   group's timeout). Every request of the set on this rank completes with `status` (an error
+   status; HORA_ERR_TIMEOUT for a timeout) and a message ending in `reason`; later calls on the
+   set fail at once. The set's other ranks fail their current or next collective on it, and
+   their message says that this rank aborted it and why. Returns once hora touches no tensor of
+   the set's requests any more: HORA_SUCCESS (also when the set had stopped already), or
+   HORA_ERR_TIMEOUT if an operation moving data could not be stopped within HORA_TIMEOUT_S (it
+   ends at its own deadline). Set 0 is the world: the runtime fails on this rank as after a lost
+   peer, and hora_shutdown is still to be called. */
+HORA_API hora_status_t hora_process_set_abort(int32_t id, hora_status_t status, const char *reason);
 
 /* CUDA tensors: the stream (a cudaStream_t, or NULL for the legacy default stream, the default)
    whose queued work this thread's later submissions wait for. At submission hora records an

@@ -868,6 +868,21 @@ hora_status_t hora_process_set_destroy(int32_t id) {
   });
 }
 
+hora_status_t hora_process_set_abort(int32_t id, hora_status_t status, const char *reason) {
+  return guarded([&] {
+    auto engine = requireEngine("hora_process_set_abort");
+    if (status == HORA_SUCCESS || status < HORA_ERR_INVALID_ARGUMENT || status > HORA_ERR_INTERNAL) {
+      HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "hora_process_set_abort: status ",
+                 static_cast<int>(status), " is not an error status");
+    }
+    std::string why = reason != nullptr ? std::string(reason, strnlen(reason, kMaxReasonBytes))
+                                        : std::string("(no reason given)");
+    if (why.empty()) why = "(no reason given)";
+    engine->abortSet(id, Status{status, detail::concat("rank ", engine->processSetRank(id),
+                                                       " aborted process set ", id, ": ", why)});
+  });
+}
+
 int hora_process_set_rank(int32_t id) {
   std::shared_ptr<Engine> e = currentEngine();
   return e ? e->processSetRank(id) : -1;

@@ -10,6 +10,7 @@
 #include "backends/shm/shm_backend.h"
 #include "base/error.h"
 #include "base/logging.h"
+#include "core/forming.h"
 #include "hora_config.h"
 #if HORA_HAVE_GLOO
 #include "backends/gloo/gloo_backend.h"
@@ -108,14 +109,19 @@ std::unique_ptr<Backend> createCpuBackend(const Knobs &knobs, Bootstrap &bootstr
       continue;
     }
     std::string why;
-    if (std::unique_ptr<Backend> backend = c.make(bootstrap, group, &why)) {
+    std::unique_ptr<Backend> backend;
+    formingPhase(group, detail::concat("starting the ", c.name, " data plane"),
+                 [&] { backend = c.make(bootstrap, group, &why); });
+    if (backend) {
       if (group.size() == 1) return backend;
       backend = wrapWithShm(std::move(backend), group, knobs, &why);
       if (backend->caps().scope == BackendCaps::Scope::kOneHost) return backend;
       HORA_LOG(kInfo) << "intra-host shared-memory allreduce off: " << why;
       // Every rank got the same answer above (wrapWithShm agrees on it), so all try this too.
       std::string flat;
-      backend = wrapHierarchical(std::move(backend), bootstrap, group, knobs, &flat);
+      formingPhase(group, "forming the hierarchy's groups (one host; one rank per host)", [&] {
+        backend = wrapHierarchical(std::move(backend), bootstrap, group, knobs, &flat);
+      });
       if (!flat.empty()) {
         HORA_LOG(kInfo) << "hierarchical allreduce off: " << flat;
       }

@@ -342,7 +342,9 @@ const std::vector<OtherVariable> kOtherVariables = {
     {"HORA_TEST_*",
      "the tests: HORA_TEST_TIME_SCALE (test/common/time_scale.h and .py, every timed test), "
      "HORA_TEST_WATCHDOG_S (test/multiprocess/mp_main.cpp), HORA_TEST_KEEP and HORA_TEST_X "
-     "(test/launcher, passed through horarun)"},
+     "(test/launcher, passed through horarun); read by the library through testVariable only: "
+     "HORA_TEST_AT (lib/base/test_points.h: a rank sleeps or dies at a named point) and the "
+     "Gloo plane's HORA_TEST_GLOO_* (lib/bootstrap/env/gloo_group.cpp)"},
     {"HORA_SOAK_SECONDS",
      "test/multiprocess/test_soak.cpp (test/multiprocess/meson.build sets it)"},
     {"HORA_HORARUN", "test/python/harness.py (test/python/meson.build sets it)"},
@@ -413,6 +415,11 @@ size_t editDistance(const std::string &a, const std::string &b) {
 }
 
 }  // namespace
+
+const char *testVariable(const char *name) {
+  HORA_ENFORCE(std::strncmp(name, "HORA_TEST_", 10) == 0, "testVariable(", name, ")");
+  return std::getenv(name);
+}
 
 bool parseBytes(const std::string &text, int64_t *bytes) {
   char *end = nullptr;

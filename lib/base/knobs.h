@@ -118,4 +118,8 @@ void logKnobNotes(const KnobReport &report);
 // "64M", "1GiB", "4096", "1.5k" -> bytes. false if malformed or negative.
 bool parseBytes(const std::string &text, int64_t *bytes);
 
+// A HORA_TEST_* variable (a hook for the tests, not a knob: see kOtherVariables), or nullptr when
+// unset. The one place lib/ reads the environment besides the knob table itself.
+const char *testVariable(const char *name);
+
 }  // namespace hora

@@ -2,15 +2,20 @@
 // Rank-tagged logging: one write(2) per line so lines of concurrent ranks do not interleave.
 #include "base/logging.h"
 
+#include <limits.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 
 namespace hora {
 namespace {
 std::atomic<int> gLevel{static_cast<int>(LogLevel::kWarning)};
 std::atomic<int> gRank{-1};
+thread_local int tNonBlocking = 0;     // NonBlockingLog scopes alive on this thread
+thread_local uint64_t tDropped = 0;    // lines this thread dropped since its last one went out
 }  // namespace
 
 bool parseLogLevel(const std::string &text, LogLevel *level) {
@@ -50,11 +55,32 @@ LogMessage::LogMessage(LogLevel level, const char *file, int line) : level_(leve
        << line << ": ";
 }
 
+NonBlockingLog::NonBlockingLog() { ++tNonBlocking; }
+NonBlockingLog::~NonBlockingLog() { --tNonBlocking; }
+
 LogMessage::~LogMessage() {
   out_ << '\n';
-  const std::string text = out_.str();
-  ssize_t ignored = ::write(STDERR_FILENO, text.data(), text.size());
-  (void)ignored;
+  std::string text = out_.str();
+  if (tNonBlocking == 0) {
+    ssize_t ignored = ::write(STDERR_FILENO, text.data(), text.size());
+    (void)ignored;
+    return;
+  }
+  pollfd out{STDERR_FILENO, POLLOUT, 0};
+  if (poll(&out, 1, 0) != 1 || (out.revents & POLLOUT) == 0) {
+    ++tDropped;
+    return;
+  }
+  if (tDropped > 0) {
+    text = "[hora] W logging: " + std::to_string(tDropped) +
+           " earlier lines dropped: stderr was not being read\n" + text;
+  }
+  if (text.size() > PIPE_BUF) {
+    text.resize(PIPE_BUF - 4);
+    text += "...\n";
+  }
+  const ssize_t n = ::write(STDERR_FILENO, text.data(), text.size());
+  if (n > 0) tDropped = 0;
 }
 
 }  // namespace hora

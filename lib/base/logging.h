@@ -17,6 +17,19 @@ LogLevel logLevel();
 // Tags every line with this process's rank once it is known (-1 = not yet).
 void setLogRank(int rank);
 
+// While one lives on a thread, that thread's log lines never block: a line that stderr cannot
+// take at once (a pipe nobody reads, as when a launcher keeps a server's stderr and never reads
+// it) is dropped and counted, and the next line that goes out says how many were dropped.
+// Lines are cut to 4 KiB (PIPE_BUF), which a pipe with room takes whole. For threads that serve
+// others (the TCP store's): a full pipe must not stop them.
+class NonBlockingLog {
+ public:
+  NonBlockingLog();
+  ~NonBlockingLog();
+  NonBlockingLog(const NonBlockingLog &) = delete;
+  NonBlockingLog &operator=(const NonBlockingLog &) = delete;
+};
+
 class LogMessage {
  public:
   LogMessage(LogLevel level, const char *file, int line);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "base/dtype.h"
+#include "base/error.h"
 #include "core/control_plane.h"
 #include "core/kernels.h"
 #include "core/types.h"
@@ -107,6 +108,9 @@ class Backend {
   // The bell for this rank's engine, or nullptr (the engine then backs off on a timer). Owned by
   // the backend and valid while it lives.
   virtual PeerBell *peerBell() { return nullptr; }
+  // Any thread (a set's abort): as Group::interrupt, for the backend's own channels. A backend
+  // that wraps another forwards it. Default: nothing (the waits end at their deadline).
+  virtual void interrupt(const Status &why) { (void)why; }
   // How the last collective ran, where the backend chooses among algorithms ("hierarchical",
   // "flat"): static text for the timeline, or nullptr.
   virtual const char *lastAlgorithm() const { return nullptr; }

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "core/affinity.h"
+#include "core/forming.h"
 #include "base/logging.h"
 
 namespace hora {
@@ -113,6 +114,7 @@ std::shared_ptr<Engine> Engine::start(const Knobs &knobs, std::shared_ptr<Fabric
   std::shared_ptr<Engine> engine(new Engine(knobs, std::move(fabric)));
   Engine *e = engine.get();
   auto setup = [e]() {
+    FormingScope forming("the world");
     e->bootstrap_ = e->fabric_->formWorld();
     e->topology_ = e->bootstrap_->topology();
     e->launcher_ = e->bootstrap_->launcher();
@@ -129,7 +131,8 @@ std::shared_ptr<Engine> Engine::start(const Knobs &knobs, std::shared_ptr<Fabric
     // The timeline's clock origin: every rank leaves this barrier at about the same moment, which
     // is what lets tools/hora-timeline-merge line up ranks on different hosts.
     std::vector<uint64_t> everyone{1, e->topology_.rank == 0 ? drawRun() : ~uint64_t{0}};
-    parts.group->control().allreduceAnd(everyone);
+    formingPhase(*parts.group, "the start barrier (agreeing on the run's id)",
+                 [&] { parts.group->control().allreduceAnd(everyone); });
     char run[17];
     std::snprintf(run, sizeof run, "%012llx", static_cast<unsigned long long>(everyone[1]));
     TimelineOrigin origin;
@@ -269,6 +272,28 @@ bool Engine::stopAll(const std::chrono::milliseconds *limit) {
   return all;
 }
 
+void Engine::abortSet(int32_t id, const Status &why) {
+  std::shared_ptr<SetEngine> target;
+  {
+    std::lock_guard<std::mutex> lock(setsMutex_);
+    auto it = sets_.find(id);
+    if (it == sets_.end()) {
+      HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "hora_process_set_abort: unknown process set ", id);
+    }
+    if (!it->second.engine) {
+      HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "hora_process_set_abort: rank ", topology_.rank,
+                 " is not a member of process set ", id);
+    }
+    target = it->second.engine;
+  }
+  const auto limit = std::chrono::milliseconds(static_cast<int64_t>(knobs_.timeoutS * 1000.0));
+  if (!target->abort(why, limit)) {
+    HORA_THROW(HORA_ERR_TIMEOUT, "hora_process_set_abort: process set ", id,
+               " did not stop within ", knobs_.timeoutS,
+               " s (HORA_TIMEOUT_S): an operation moving data could not be interrupted");
+  }
+}
+
 int Engine::processSetSize(int32_t id) const {
   if (id == 0) return topology_.size;
   std::lock_guard<std::mutex> lock(setsMutex_);
@@ -307,12 +332,17 @@ void Engine::runSetOp(Request *request, const Response &response) {
     }
     const int32_t id = nextId_++;
     // Collective over the world: every rank runs this response at the same point.
-    std::unique_ptr<Group> group = bootstrap_->createGroup(*worldGroup_, ranks);
+    std::unique_ptr<Group> group;
+    {
+      FormingScope forming("process set " + std::to_string(id));
+      group = bootstrap_->createGroup(*worldGroup_, ranks);
+    }
     SetInfo info;
     info.ranks = ranks;
     if (group) {
       Group *g = group.release();
-      auto setup = [this, g]() {
+      auto setup = [this, g, id]() {
+        FormingScope forming("process set " + std::to_string(id));
         SetEngine::Parts parts;
         parts.group.reset(g);
         parts.backend = fabric_->cpuBackend(*bootstrap_, *parts.group);

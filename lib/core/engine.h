@@ -45,6 +45,10 @@ class Engine final : private SetOpHandler {
   // Size of process set `id` (-1 if unknown), and this rank's rank in it (-1 if unknown or not
   // a member).
   int processSetSize(int32_t id) const;
+  // SetEngine::abort of set `id` (0: the world), waiting at most HORA_TIMEOUT_S. Throws
+  // Error(HORA_ERR_INVALID_ARGUMENT) for a set this rank is not in, Error(HORA_ERR_TIMEOUT)
+  // when the set did not stop in time.
+  void abortSet(int32_t id, const Status &why);
   int processSetRank(int32_t id) const;
 
   // Names for unnamed requests, counted from this runtime's start.

@@ -10,6 +10,7 @@
 
 #include "base/logging.h"
 #include "core/affinity.h"
+#include "core/forming.h"
 #include "core/fusion_planner.h"
 #include "core/op_table.h"
 
@@ -134,6 +135,10 @@ void SetEngine::threadMain(const std::function<Parts()> &setup, std::promise<Sta
     return;
   }
   running_ = true;
+  {
+    std::lock_guard<std::mutex> planes(planesMutex_);
+    planesLive_ = true;
+  }
   started->set_value(Status::success());  // `started` and `setup` are gone after this line
 
   try {
@@ -144,6 +149,10 @@ void SetEngine::threadMain(const std::function<Parts()> &setup, std::promise<Sta
   }
   // Teardown in the thread that made them; no caller runs a cycle of a stopped set.
   std::lock_guard<std::mutex> lock(cycleMutex_);
+  {
+    std::lock_guard<std::mutex> planes(planesMutex_);
+    planesLive_ = false;
+  }
   queue_.setBell(nullptr);
   turn_->leave(id_);
   waker_->detach();
@@ -208,7 +217,26 @@ void SetEngine::drive(const Request &request) {
   flush();
 }
 
+bool SetEngine::abort(const Status &why, std::chrono::milliseconds limit) {
+  if (aborted_.raise(why)) {
+    HORA_LOG(kWarning) << "process set " << id_ << " aborted on this rank: " << why.message;
+    std::lock_guard<std::mutex> planes(planesMutex_);
+    if (planesLive_) {
+      parts_.group->interrupt(why);
+      parts_.backend->interrupt(why);
+    }
+  }
+  queue_.kick();  // an idle set's thread stops at once
+  if (!thread_.joinable() || thread_.get_id() == std::this_thread::get_id()) return !running_;
+  return exitedFuture_.wait_for(limit) == std::future_status::ready;
+}
+
 SetEngine::Cycle SetEngine::runCycle(bool ownThread) {
+  if (aborted_.raised()) {
+    const Status why = aborted_.why();
+    if (running_) fail(Error(why.code, why.message, __FILE__, __LINE__));
+    return Cycle::kStopped;
+  }
   try {
     return cycle(ownThread);
   } catch (const Error &e) {
@@ -220,14 +248,17 @@ SetEngine::Cycle SetEngine::runCycle(bool ownThread) {
 }
 
 void SetEngine::fail(const Error &e) {
-  Status why = e.toStatus();
+  // An abort's interrupt ends the cycle with its own error, or one a shut socket gave: either
+  // way the set stops for the abort's reason.
+  const bool aborted = aborted_.raised();
+  Status why = aborted ? aborted_.why() : e.toStatus();
   // A wait ran out: say who it waited for, where the group's presence channel tells.
-  if (why.code == HORA_ERR_TIMEOUT && watch_ != nullptr) {
+  if (!aborted && why.code == HORA_ERR_TIMEOUT && watch_ != nullptr) {
     if (const std::string who = watch_->missing(); !who.empty()) {
       why.message += "; not taking part: " + who;
     }
   }
-  HORA_LOG(kError) << "process set " << id_ << " stopped: " << why.message;
+  if (!aborted) HORA_LOG(kError) << "process set " << id_ << " stopped: " << why.message;
   if (blastRadius(why.code) == BlastRadius::kRuntime) parts_.group->poison(why.code, why.message);
   stop(why);
 }
@@ -455,7 +486,10 @@ void SetEngine::executeOnDevice(const std::vector<Request *> &requests,
     // The end of this set's device work gives the GPU's turn back, even while this engine waits
     // in a negotiation (the turn outlives the executor: the process's, or the test's).
     hooks.finished = [turn = turn_, id = id_](uint64_t ticket) { turn->finished(id, ticket); };
-    device_ = parts_.fabric->deviceExecutor(parts_.group->control(), device, std::move(hooks));
+    FormingScope forming("process set " + std::to_string(id_));
+    formingPhase(*parts_.group, "starting NCCL on cuda:" + std::to_string(device), [&] {
+      device_ = parts_.fabric->deviceExecutor(parts_.group->control(), device, std::move(hooks));
+    });
   }
   const OpSpec &spec = opSpec(first.agreed.op);
   if (spec.runDevice == nullptr) {

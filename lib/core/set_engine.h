@@ -10,6 +10,7 @@
 #include <mutex>
 #include <thread>
 
+#include "base/interrupt.h"
 #include "base/knobs.h"
 #include "core/backend.h"
 #include "core/controller.h"
@@ -78,6 +79,14 @@ class SetEngine {
   // Any thread: ask for the collective stop (every member stops in the same cycle; pending
   // requests complete with HORA_ERR_SHUT_DOWN) / wait for the thread to end.
   void requestShutdown() { queue_.requestShutdown(); }
+  // Any thread: stops the set on this rank as a failure, at once, not in step with its peers
+  // (hora_process_set_abort; torch's timeout of a group). A cycle blocked on a peer is
+  // interrupted (Group::interrupt, Backend::interrupt); every pending request completes with
+  // `why`; the peers' waits on this rank fail (a lost peer, or this rank's word on the presence
+  // channel saying why). Returns once the set's thread has stopped touching any request's
+  // tensors, or false if that took longer than `limit` (an operation moving data on a plane
+  // that cannot be interrupted: it ends at its own deadline).
+  bool abort(const Status &why, std::chrono::milliseconds limit);
   void join();
   // Waits at most `limit` for the thread to end and joins it; false (thread detached) if it did
   // not end in time, e.g. blocked on a peer that is gone. For the process-exit path only.
@@ -129,6 +138,13 @@ class SetEngine {
 
   // Whoever runs a cycle holds this: the set's thread, or a thread in drive() in its place.
   std::mutex cycleMutex_;
+  // abort(): raised once; whoever runs the set's next cycle (or the one it interrupts) stops the
+  // set with its status.
+  Interrupt aborted_;
+  // Guards planesLive_ and, while it is true, calls into parts_.group and parts_.backend from
+  // threads that do not hold cycleMutex_ (abort's interrupts); teardown clears it first.
+  std::mutex planesMutex_;
+  bool planesLive_ = false;
   // Written under cycleMutex_, read by the set's thread between cycles without it (hence
   // atomic): requests are under negotiation, or handed over.
   std::atomic<bool> busy_{false};

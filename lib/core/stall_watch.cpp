@@ -40,6 +40,7 @@ std::string doing(const StallWatch::State &s) {
   switch (s.phase) {
     case 'n': return "negotiating cycle " + std::to_string(s.cycle);
     case 'r': return "running " + s.what + " #" + std::to_string(s.seq);
+    case 'f': return s.what;  // "forming process set 3: connecting the gloo mesh"
     default: return "idle after cycle " + std::to_string(s.cycle);
   }
 }
@@ -150,6 +151,15 @@ std::string StallWatch::describe(int rank, const State *peer, const State &mine,
   const std::string who = "rank " + std::to_string(rank);
   if (peer == nullptr) return who + " (never heard from: not started, stopped, hung or dead)";
   const double age = std::max<int64_t>(0, nowMs - peer->wallMs) / 1000.0;
+  if (peer->phase == 'f') {
+    // A rank says each phase of forming once, as it enters it: its age is how long it has been
+    // there, not silence.
+    std::string out = who + " (" + peer->what + ", entered " + seconds(age) + " ago";
+    if (peer->pid > 0 && !peer->host.empty() && peer->host == hostName() && processGone(peer->pid)) {
+      out += "; its process, pid " + std::to_string(peer->pid) + ", has exited";
+    }
+    return out + ")";
+  }
   if (age > silentS) {
     return who + " (silent for " + seconds(age) + ": stopped, hung or dead; last seen " +
            doing(*peer) + ", " + lastDone(*peer) + ")";

@@ -45,7 +45,7 @@ class StallWatch {
   struct State {
     int64_t wallMs = 0;  // when it was said, wall clock (ranks on other hosts: NTP's accuracy)
     int64_t cycle = 0;
-    char phase = 'i';    // 'i' idle, 'n' negotiating, 'r' running an operation
+    char phase = 'i';    // 'i' idle, 'n' negotiating, 'r' running an operation, 'f' forming
     int64_t seq = 0;     // the operation running ('r')
     double forS = 0;     // how long in this phase
     std::string what;    // the operation running, "allreduce 'grad'"

@@ -53,6 +53,11 @@ class Group {
   virtual bool usesSockets() const = 0;
   // The group's side channel, or nullptr where it has none.
   virtual Presence *presence() { return nullptr; }
+  // Any thread (a set's abort, SetEngine::abort): makes this rank's waits on the group's channels
+  // end soon with Error(why) instead of waiting up to HORA_TIMEOUT_S for a peer, and lets the
+  // peers see that this rank left where the channel can (a closed connection). The group is
+  // unusable afterwards. Default: nothing (the waits end at their deadline).
+  virtual void interrupt(const Status &why) { (void)why; }
 };
 
 // The world a launcher formed: who this rank is, and how to make groups in it.

@@ -39,6 +39,7 @@ class GlooBackend final : public Backend {
       : server_(std::move(server)), ownGroup_(std::move(ownGroup)), mesh_(std::move(mesh)) {}
 
   const char *name() const override { return "gloo"; }
+  void interrupt(const Status &why) override { mesh_->interrupt(why); }
   const BackendCaps &caps() const override {
     static const BackendCaps kCaps =
         BackendCaps::plain(/*usesSockets=*/true, BackendCaps::Scope::kAnyHost);
@@ -150,7 +151,7 @@ std::unique_ptr<Backend> createGlooBackend(Group &group, double timeoutS) {
   const int port = std::stoi(address.substr(colon + 1));
   auto store = std::make_shared<TcpStoreClient>(host, port, timeoutS, StoreClientOptions{token, ""});
   auto own = std::make_unique<GlooGroup>(store, "gloo/", group.rank(), group.size(),
-                                         routeAddressTo(host, port), timeoutS);
+                                         routeAddressTo(host, port), timeoutS, nullptr);
   std::shared_ptr<GlooMesh> mesh = own->mesh();
   return std::make_unique<GlooBackend>(std::move(mesh), std::move(server), std::move(own));
 }

@@ -115,6 +115,16 @@ class HierBackend final : public Backend {
 
   const char *name() const override { return name_.c_str(); }
   const BackendCaps &caps() const override { return caps_; }
+  void interrupt(const Status &why) override {
+    inner_->interrupt(why);
+    if (channel_) channel_->barrier().interrupt(why);
+    for (Group *g : {local_.get(), cross_.get()}) {
+      if (g != nullptr) g->interrupt(why);
+    }
+    for (Backend *b : {localPlane_.get(), crossPlane_.get()}) {
+      if (b != nullptr) b->interrupt(why);
+    }
+  }
   ControlPlane *negotiationPlane() override { return inner_->negotiationPlane(); }
   PeerBell *peerBell() override { return inner_->peerBell(); }
   void andWords(std::vector<uint64_t> &words) override { inner_->andWords(words); }

@@ -11,6 +11,7 @@
 #include "backends/shm/shm_segment.h"
 #include "base/error.h"
 #include "base/process.h"
+#include "core/forming.h"
 
 namespace hora {
 namespace {
@@ -40,6 +41,10 @@ class ShmBackend final : public Backend {
   }
 
   const char *name() const override { return name_.c_str(); }
+  void interrupt(const Status &why) override {
+    channel_.barrier().interrupt(why);
+    inner_->interrupt(why);
+  }
   PeerBell *peerBell() override { return channel_.bell(); }
   ControlPlane *negotiationPlane() override { return inner_->negotiationPlane(); }
   const BackendCaps &caps() const override { return caps_; }
@@ -93,27 +98,33 @@ std::unique_ptr<Backend> wrapWithShm(std::unique_ptr<Backend> inner, Group &grou
     return inner;
   }
   // All on one host? Rank 0 compares host names and boot ids and tells the others.
-  std::vector<std::string> hosts = control.gatherToRoot(hostIdentity());
   std::string verdict;
-  if (control.rank() == 0) {
-    for (size_t r = 1; r < hosts.size() && verdict.empty(); ++r) {
-      if (hosts[r] != hosts[0]) {
-        verdict = detail::concat("rank ", r, " is on another host (", hostOfIdentity(hosts[r]),
-                                 ", rank 0 on ", hostOfIdentity(hosts[0]), ")");
+  formingPhase(group, "checking whether every rank is on one host", [&] {
+    std::vector<std::string> hosts = control.gatherToRoot(hostIdentity());
+    if (control.rank() == 0) {
+      for (size_t r = 1; r < hosts.size() && verdict.empty(); ++r) {
+        if (hosts[r] != hosts[0]) {
+          verdict = detail::concat("rank ", r, " is on another host (", hostOfIdentity(hosts[r]),
+                                   ", rank 0 on ", hostOfIdentity(hosts[0]), ")");
+        }
       }
     }
-  }
-  control.broadcastFromRoot(verdict);
+    control.broadcastFromRoot(verdict);
+  });
   if (!verdict.empty()) {
     *why = verdict;
     return inner;
   }
-  std::unique_ptr<ShmSegment> segment =
-      ShmSegment::create(control, ShmChannel::segmentBytes(control.size()), why);
-  if (!segment) return inner;
-  auto shm = std::make_unique<ShmBackend>(std::move(inner), std::move(segment), control.rank(),
-                                          control.size(), knobs);
-  shm->connect(control);
+  std::unique_ptr<ShmBackend> shm;
+  formingPhase(group, "setting up the shared-memory segment", [&] {
+    std::unique_ptr<ShmSegment> segment =
+        ShmSegment::create(control, ShmChannel::segmentBytes(control.size()), why);
+    if (!segment) return;
+    shm = std::make_unique<ShmBackend>(std::move(inner), std::move(segment), control.rank(),
+                                       control.size(), knobs);
+    shm->connect(control);
+  });
+  if (!shm) return inner;
   return shm;
 }
 

@@ -88,6 +88,7 @@ void ShmBarrier::block(const char *what, Ready ready, Behind behind) {
     if (!ready()) futex(&state_->wakeups, FUTEX_WAIT, seen, &slice);
     state_->sleepers.fetch_sub(1);
     if (ready()) return;
+    interrupted_.check();
 
     for (size_t r = 0; r < pids_.size(); ++r) {
       const int32_t failed = behind(r) ? state_->failed[r].load(std::memory_order_acquire) : 0;
@@ -122,6 +123,11 @@ void ShmBarrier::wait(const char *what) {
   }
   block(what, [&] { return everyoneReached(epoch); },
         [&](size_t r) { return state_->reached[r].load(std::memory_order_acquire) < epoch; });
+}
+
+void ShmBarrier::interrupt(const Status &why) {
+  if (!interrupted_.raise(why)) return;
+  fail(why.code);
 }
 
 void ShmBarrier::fail(int status) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "base/interrupt.h"
 #include "core/backend.h"
 
 namespace hora {
@@ -81,6 +82,9 @@ class ShmBarrier {
   // hierarchical collective's exchange across hosts): every peer waiting for it, now or later,
   // fails at once with that status instead of waiting out HORA_TIMEOUT_S.
   void fail(int status);
+  // Any thread (a set's abort): fail(why.code) for the peers, and every wait of this rank, now or
+  // later, throws Error(why) within one sleep slice (100 ms).
+  void interrupt(const Status &why);
 
   // Rank 0 and `peer` (called by both, at the same point of their sequence of operations) pass
   // one cache line back and forth about `rounds` times; returns the round trip in nanoseconds as
@@ -103,6 +107,7 @@ class ShmBarrier {
   bool spin_;
   uint64_t epoch_ = 0;
   std::vector<uint64_t> pinged_;  // per ping line: the last value this rank saw or wrote
+  Interrupt interrupted_;
 };
 
 // The PeerBell of one rank of a shared segment. A peer's ShmBarrier::wait rings it; the

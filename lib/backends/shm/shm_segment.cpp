@@ -1,15 +1,21 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "backends/shm/shm_segment.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
 #include "base/error.h"
+#include "base/logging.h"
+#include "base/process.h"
+#include "base/test_points.h"
 
 namespace hora {
 namespace {
@@ -50,22 +56,83 @@ std::string createNamed(size_t bytes, void **base, std::string *why) {
   return result;
 }
 
+// Removes the segment's name when the agreement is over, however it ends: every rank has it
+// mapped, one rank could not, or a peer was lost in the middle (an exception). The name is what
+// keeps a segment alive in /dev/shm; a mapping goes with its process.
+class NameGuard {
+ public:
+  NameGuard() = default;
+  ~NameGuard() { release(); }
+  NameGuard(const NameGuard &) = delete;
+  NameGuard &operator=(const NameGuard &) = delete;
+  void hold(const std::string &name) { name_ = name; }
+  void release() {
+    if (!name_.empty()) shm_unlink(name_.c_str());
+    name_.clear();
+  }
+
+ private:
+  std::string name_;
+};
+
+// "/hora-<pid>-<random>": the pid of the rank that created it.
+long creatorOf(const char *entry) {
+  if (std::strncmp(entry, "hora-", 5) != 0) return 0;
+  char *end = nullptr;
+  const long pid = std::strtol(entry + 5, &end, 10);
+  return end != entry + 5 && *end == '-' ? pid : 0;
+}
+
 }  // namespace
+
+size_t removeStaleSegments(const std::string &dir, std::chrono::seconds minAge) {
+  DIR *d = opendir(dir.c_str());
+  if (d == nullptr) return 0;
+  size_t removed = 0;
+  const auto now = std::chrono::system_clock::now();
+  while (dirent *entry = readdir(d)) {
+    const long pid = creatorOf(entry->d_name);
+    if (pid <= 0 || !processGone(pid)) continue;
+    struct stat st {};
+    const std::string path = dir + "/" + entry->d_name;
+    if (stat(path.c_str(), &st) != 0) continue;
+    const auto changed = std::chrono::system_clock::from_time_t(st.st_mtime);
+    if (now - changed < minAge) continue;
+    if (shm_unlink((std::string("/") + entry->d_name).c_str()) == 0) ++removed;
+  }
+  closedir(d);
+  return removed;
+}
 
 std::unique_ptr<ShmSegment> ShmSegment::create(ControlPlane &control, size_t bytes,
                                                std::string *why) {
   void *base = nullptr;
   std::string name;
   std::string failure;
+  // Rank 0 unlinks the name as soon as the agreement below ends, and every other rank unlinks
+  // it if the agreement ends in an exception (rank 0 may be the rank that was lost). A creator
+  // killed between shm_open and the unlink leaves its segment behind: the next creator on this
+  // host removes such segments (their creator gone, a minute old).
+  NameGuard guard;
   if (control.rank() == 0) {
+    if (const size_t stale = removeStaleSegments("/dev/shm", std::chrono::seconds(60)); stale > 0) {
+      HORA_LOG(kInfo) << "removed " << stale << " shared-memory segment" << (stale == 1 ? "" : "s")
+                      << " left in /dev/shm by hora processes that died while setting one up";
+    }
     name = createNamed(bytes, &base, &failure);
-    if (name.empty()) name = "!" + failure;  // tell the others why
+    if (name.empty()) {
+      name = "!" + failure;  // tell the others why
+    } else {
+      guard.hold(name);
+    }
   }
   control.broadcastFromRoot(name);
   if (control.rank() != 0) {
     if (name.empty() || name[0] == '!') {
       failure = name.empty() ? "rank 0 sent no segment name" : name.substr(1);
     } else {
+      guard.hold(name);
+      testPoint("shm-open", control.rank());
       const int fd = shm_open(name.c_str(), O_RDWR, 0600);
       if (fd < 0) {
         failure = errnoText(("shm_open " + name).c_str());
@@ -76,8 +143,17 @@ std::unique_ptr<ShmSegment> ShmSegment::create(ControlPlane &control, size_t byt
     }
   }
   std::vector<uint64_t> ok{base != nullptr ? 1u : 0u};
-  control.allreduceAnd(ok);
-  if (control.rank() == 0 && base != nullptr) shm_unlink(name.c_str());
+  try {
+    control.allreduceAnd(ok);
+  } catch (...) {
+    if (base != nullptr) munmap(base, bytes);
+    throw;  // the guard unlinks the name, on every rank that knows it
+  }
+  if (control.rank() == 0) {
+    guard.release();
+  } else {
+    guard.hold("");  // rank 0 unlinks it; unlinked here early, a slower rank could not open it
+  }
   if (ok[0] == 0) {
     if (base != nullptr) munmap(base, bytes);
     *why = failure.empty() ? "another rank could not map the shared segment" : failure;

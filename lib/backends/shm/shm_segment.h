@@ -2,6 +2,7 @@
 // A POSIX shared-memory segment mapped by every rank of one group on one host.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -12,6 +13,12 @@ namespace hora {
 
 // Created by rank 0, opened by the others, unlinked as soon as everyone has it mapped: nothing is
 // left in /dev/shm even if a rank dies later.
+// Unlinks the segments in `dir` (/dev/shm) that a hora process created and left behind: named
+// /hora-<pid>-*, their creator gone, last changed at least minAge ago. Returns how many. A
+// creator that is killed between creating and unlinking its segment (setup takes milliseconds)
+// cannot clean up itself; the next one on the host does.
+size_t removeStaleSegments(const std::string &dir, std::chrono::seconds minAge);
+
 class ShmSegment {
  public:
   // Collective over `control`. Returns nullptr on every rank (with *why set) if any rank could not

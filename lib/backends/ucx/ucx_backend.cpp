@@ -100,6 +100,7 @@ class UcxBackend final : public Backend {
   }
 
   const char *name() const override { return "ucx"; }
+  void interrupt(const Status &why) override { comm_.interrupt(why); }
   const BackendCaps &caps() const override {
     static const BackendCaps kCaps = [] {
       // UCX writes to its sockets with MSG_NOSIGNAL: a lost peer is an error, never SIGPIPE.

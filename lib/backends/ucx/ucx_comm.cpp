@@ -356,6 +356,7 @@ void UcxComm::progressUntil(Done done, const char *what, Involved involved) {
     while (ucp_worker_progress(worker_) != 0) {
     }
     if (done()) return;
+    interrupted_.check();
     checkPeers(what, involved);
     const ucs_status_t armed = ucp_worker_arm(worker_);
     if (armed == UCS_ERR_BUSY) continue;  // events arrived meanwhile: progress again

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "base/interrupt.h"
 #include "core/world.h"
 
 namespace hora {
@@ -95,6 +96,10 @@ class UcxComm {
 
   // Called by UCX from progress when an endpoint fails.
   void peerFailed(int peer, ucs_status_t status);
+  // Any thread (a set's abort): every wait, now or later, throws Error(why) within its next
+  // slice (100 ms); the endpoints close when the comm is destroyed, which peers see as a lost
+  // peer.
+  void interrupt(const Status &why) { interrupted_.raise(why); }
 
  private:
   friend class Batch;
@@ -133,6 +138,7 @@ class UcxComm {
   std::mutex mutex_;
   std::thread keeper_;  // progresses the worker between collectives
   int keeperStop_ = -1;
+  Interrupt interrupted_;
 };
 
 // One line on UCX for hora-info: version and the transports this machine offers.

@@ -52,9 +52,9 @@ std::unique_ptr<Group> createStoreGroup(std::shared_ptr<TcpStoreClient> store,
                                         const std::string &prefix, int rank, int size,
                                         const std::string &localAddress, double timeoutS) {
 #if HORA_HAVE_GLOO
-  auto group = std::make_unique<GlooGroup>(store, prefix, rank, size, localAddress, timeoutS);
-  group->setPresence(std::make_unique<StorePresence>(std::move(store), prefix + "beat/", rank, size));
-  return group;
+  auto presence = std::make_unique<StorePresence>(store, prefix + "beat/", rank, size);
+  return std::make_unique<GlooGroup>(store, prefix, rank, size, localAddress, timeoutS,
+                                     std::move(presence));
 #else
   (void)store, (void)prefix, (void)rank, (void)localAddress, (void)timeoutS;
   if (size == 1) return nullptr;

@@ -27,10 +27,13 @@
 #include <stdexcept>
 #include <thread>
 
+#include "base/knobs.h"
 #include "base/logging.h"
 #include "base/process.h"
 #include "bootstrap/env/auth.h"
+#include "base/test_points.h"
 #include "bootstrap/env/pair_auth.h"
+#include "core/forming.h"
 
 namespace hora {
 namespace {
@@ -74,7 +77,9 @@ class GlooControlPlane final : public ControlPlane {
 
   void allreduceAnd(std::vector<uint64_t> &words) override {
     if (words.empty() || size() == 1) return;
-    glooCall("negotiation (waiting for every rank to start the same cycle)", rank(), [&] {
+    glooCall(label("negotiation (waiting for every rank to start the same cycle)",
+                   "the AND of every rank's words"),
+             rank(), [&] {
       mesh_->allreduce(words.data(), words.size(), sizeof(uint64_t),
                        [](void *dst, const void *src, size_t n) {
                          auto *d = static_cast<uint64_t *>(dst);
@@ -87,18 +92,25 @@ class GlooControlPlane final : public ControlPlane {
   std::vector<std::string> gatherToRoot(const std::string &blob) override {
     if (size() == 1) return {blob};
     std::vector<std::string> out;
-    glooCall("negotiation (gathering requests at the coordinator)", rank(),
-             [&] { out = mesh_->gatherToRoot(blob); });
+    glooCall(label("negotiation (gathering requests at the coordinator)",
+                   "gathering every rank's words at rank 0"),
+             rank(), [&] { out = mesh_->gatherToRoot(blob); });
     return out;
   }
 
   void broadcastFromRoot(std::string &blob) override {
     if (size() == 1) return;
-    glooCall("negotiation (waiting for the coordinator's responses)", rank(),
-             [&] { mesh_->broadcastFromRoot(blob); });
+    glooCall(label("negotiation (waiting for the coordinator's responses)",
+                   "rank 0's words to every rank"),
+             rank(), [&] { mesh_->broadcastFromRoot(blob); });
   }
 
  private:
+  // The collective in the engine's words, or while a group forms (the phase names the purpose)
+  // in plain ones.
+  static const char *label(const char *negotiating, const char *forming) {
+    return FormingScope::current().empty() ? negotiating : forming;
+  }
   std::shared_ptr<GlooMesh> mesh_;
 };
 
@@ -349,7 +361,7 @@ namespace {
 // (docs/gloo-speed.md); HORA_TEST_GLOO_DOUBLING_BYTES overrides the limit for such measurements.
 size_t doublingLimit() {
   static const long long forced = [] {
-    const char *v = std::getenv("HORA_TEST_GLOO_DOUBLING_BYTES");
+    const char *v = testVariable("HORA_TEST_GLOO_DOUBLING_BYTES");
     return v ? std::atoll(v) : -1LL;
   }();
   if (forced >= 0) return static_cast<size_t>(forced);
@@ -393,11 +405,11 @@ GlooMesh::GlooMesh(std::shared_ptr<gloo::Context> context)
     : context_(std::move(context)), chunkBytes_(size_t{64} << 10),
       rank_(context_->rank),
       size_(context_->size) {
-  if (const char *v = std::getenv("HORA_TEST_GLOO_CHUNK_BYTES"); v && std::atoll(v) > 0) {
+  if (const char *v = testVariable("HORA_TEST_GLOO_CHUNK_BYTES"); v && std::atoll(v) > 0) {
     // whole elements of any dtype
     chunkBytes_ = std::max<size_t>(16, static_cast<size_t>(std::atoll(v)) / 16 * 16);
   }
-  if (const char *v = std::getenv("HORA_TEST_GLOO_SPIN_US"); v && *v) {
+  if (const char *v = testVariable("HORA_TEST_GLOO_SPIN_US"); v && *v) {
     spinUs_ = std::chrono::microseconds(std::max(0LL, std::atoll(v)));
   }
   const auto timeout = context_->getTimeout();
@@ -432,7 +444,15 @@ uint8_t *GlooMesh::scratch(size_t bytes) {
   return scratch_.data();
 }
 
+void GlooMesh::interrupt(const Status &why) {
+  if (!interrupted_.raise(why)) return;
+  for (int fd : sockets_) {
+    if (fd >= 0) shutdown(fd, SHUT_RDWR);  // the descriptor stays open: no reuse race
+  }
+}
+
 void GlooMesh::fail(int peer, const char *what, int error) const {
+  interrupted_.check();  // a shut-down socket fails as a lost peer would: say why instead
   const std::string &name = peerNames_[static_cast<size_t>(peer)];
   if (error == 0) {
     throw std::runtime_error(detail::concat("Connection closed by peer ", name, " (rank ", peer,
@@ -461,6 +481,7 @@ size_t GlooMesh::recvSome(int from, uint8_t *data, size_t bytes) {
 }
 
 void GlooMesh::await(int to, int from, Deadline &deadline, bool brief) {
+  interrupted_.check();
   pollfd fds[2];
   nfds_t count = 0;
   if (to >= 0) fds[count++] = {sockets_[static_cast<size_t>(to)], POLLOUT, 0};
@@ -774,23 +795,31 @@ void GlooMesh::broadcastFromRoot(std::string &blob) {
 }
 
 GlooGroup::GlooGroup(std::shared_ptr<TcpStoreClient> store, const std::string &prefix, int rank,
-                     int size, const std::string &localAddress, double timeoutS)
-    : timeoutS_(timeoutS) {
-  glooCall("connecting the gloo mesh", rank, [&] {
-    gloo::transport::tcp::attr attr;
-    attr.hostname = localAddress;
-    auto device = gloo::transport::tcp::CreateDevice(attr);
-    auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
-    context->setTimeout(toMs(timeoutS));
-    StoreAdapter adapter(store, prefix);
-    context->connectFullMesh(adapter, device);
-    context_ = context;
+                     int size, const std::string &localAddress, double timeoutS,
+                     std::unique_ptr<Presence> presence)
+    : timeoutS_(timeoutS), presence_(std::move(presence)) {
+  Presence *word = presence_.get();
+  formingPhase(word, rank, size, "connecting the gloo mesh", [&] {
+    glooCall("connecting the gloo mesh", rank, [&] {
+      gloo::transport::tcp::attr attr;
+      attr.hostname = localAddress;
+      auto device = gloo::transport::tcp::CreateDevice(attr);
+      auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
+      context->setTimeout(toMs(timeoutS));
+      StoreAdapter adapter(store, prefix);
+      context->connectFullMesh(adapter, device);
+      context_ = context;
+    });
   });
   // Before anything travels on the mesh: every pair proves the job token (no token: nothing).
-  glooCall("checking the job token on the gloo mesh", rank,
-           [&] { authenticateGlooPairs(context_, store->token(), timeoutS); });
+  formingPhase(word, rank, size, "checking the job token on the gloo mesh", [&] {
+    glooCall("checking the job token on the gloo mesh", rank,
+             [&] { authenticateGlooPairs(context_, store->token(), timeoutS); });
+  });
   std::vector<PeerCard> cards;
-  glooCall("exchanging the mesh's addresses", rank, [&] { cards = exchangePeerCards(context_); });
+  formingPhase(word, rank, size, "exchanging the gloo mesh's addresses", [&] {
+    glooCall("exchanging the mesh's addresses", rank, [&] { cards = exchangePeerCards(context_); });
+  });
   for (int peer = 0; peer < size; ++peer) {
     const PeerCard &card = cards[static_cast<size_t>(peer)];
     if (peer == rank || card.address.empty()) continue;
@@ -800,9 +829,19 @@ GlooGroup::GlooGroup(std::shared_ptr<TcpStoreClient> store, const std::string &p
         card.address, {detail::concat("rank ", peer, " of ", size), card.host, card.pid});
     peerAddresses_.push_back(card.address);
   }
-  // From here on every message of this group goes through the mesh, in the caller's thread.
-  glooCall("switching the gloo mesh to synchronous pairs", rank,
-           [&] { mesh_ = std::make_shared<GlooMesh>(context_); });
+  // From here on every message of this group goes through the mesh, in the caller's thread. A
+  // pair taken out of Gloo's device thread on one side only is a trap: bytes that a rank which
+  // has switched writes to a peer which has not are read by the peer's Gloo device thread as the
+  // header of a Gloo message, and are lost (the peer then waits for them until the timeout).
+  // So no rank writes to the mesh until every rank has switched: each says so in the store, and
+  // waits for the others to say so, before its first transfer.
+  formingPhase(word, rank, size, "switching the gloo mesh to hora's transfers", [&] {
+    testPoint("mesh-switch", rank);
+    glooCall("switching the gloo mesh to synchronous pairs", rank,
+             [&] { mesh_ = std::make_shared<GlooMesh>(context_); });
+    storeBarrier(*store, prefix + "switched/", rank, size, timeoutS,
+                 "switched its gloo pairs to hora's transfers");
+  });
   plane_ = std::make_unique<GlooControlPlane>(mesh_);
 }
 

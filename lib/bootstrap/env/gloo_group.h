@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "base/interrupt.h"
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/env/tcp_store.h"
 
@@ -60,6 +61,10 @@ class GlooMesh {
   // Control messages whose length only the sender knows.
   std::vector<std::string> gatherToRoot(const std::string &blob);
   void broadcastFromRoot(std::string &blob);
+  // Any thread: every transfer on the mesh, now or later, throws Error(why); the sockets are shut
+  // down both ways, so a transfer blocked in poll wakes at once and every peer reads the end of
+  // its connection to this rank (their waits end with a lost peer, not a timeout).
+  void interrupt(const Status &why);
 
  private:
   // Sends `sendBytes` to `to` while receiving `recvBytes` from `from` (-1: none), both at once;
@@ -103,6 +108,7 @@ class GlooMesh {
   std::vector<int> sockets_;       // by peer rank: the pair's socket
   std::vector<std::string> peerNames_;  // by peer rank: the socket's remote address, for errors
   std::vector<uint8_t> scratch_;  // grows to the largest staging a collective has needed
+  Interrupt interrupted_;
 };
 
 // Rendezvous through hora's TCP store (keys under `prefix`), then a full mesh of TCP pairs.
@@ -111,16 +117,19 @@ class GlooGroup final : public Group {
  public:
   // localAddress: the address peers reach this rank at (see routeAddressTo in
   // bootstrap/env/env_bootstrap.h).
+  // presence: the group's side channel (through the same store), on which each phase of
+  // forming it is said (core/forming.h); may be null.
   GlooGroup(std::shared_ptr<TcpStoreClient> store, const std::string &prefix, int rank, int size,
-            const std::string &localAddress, double timeoutS);
+            const std::string &localAddress, double timeoutS, std::unique_ptr<Presence> presence);
   ~GlooGroup() override;
 
   ControlPlane &control() override { return *plane_; }
   void poison(int, const std::string &) override {}
   bool usesSockets() const override { return true; }
   Presence *presence() override { return presence_.get(); }
-  // The side channel the bootstrap gives the group (words through the store).
-  void setPresence(std::unique_ptr<Presence> presence) { presence_ = std::move(presence); }
+  void interrupt(const Status &why) override {
+    if (mesh_) mesh_->interrupt(why);
+  }
   // The mesh every collective of this group runs on (control plane and Gloo backend alike).
   const std::shared_ptr<GlooMesh> &mesh() const { return mesh_; }
   double timeoutS() const { return timeoutS_; }
@@ -130,8 +139,8 @@ class GlooGroup final : public Group {
   std::shared_ptr<GlooMesh> mesh_;
   std::unique_ptr<ControlPlane> plane_;
   double timeoutS_;
-  std::vector<std::string> peerAddresses_;  // by peer rank: its pair to this rank listens there
   std::unique_ptr<Presence> presence_;
+  std::vector<std::string> peerAddresses_;  // by peer rank: its pair to this rank listens there
 };
 
 // Runs `body`, turning Gloo's exceptions into hora's: timeouts -> HORA_ERR_TIMEOUT, a closed or

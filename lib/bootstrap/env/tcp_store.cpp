@@ -65,6 +65,8 @@ constexpr uint32_t kMaxBody = kStoreMaxValue + kStoreMaxKey + 64;
 constexpr uint32_t kMaxArgs = 1u << 16;
 constexpr size_t kMinRequest = 1 + 4 + 4;
 constexpr uint32_t kMaxHandshakeBody = 1024;
+// Connections that have not finished the handshake: past this, a new one closes the oldest.
+constexpr size_t kMaxUnproven = 64;
 // A connection stops being read once this much is buffered but not yet handled.
 constexpr size_t kMaxBuffered = size_t{kMaxBody} + 4 + 65536;
 // Keys named in a timeout reply (the count of all missing keys travels too).
@@ -309,6 +311,9 @@ Clock::time_point TcpStoreServer::Impl::idleDeadline(const Connection &c) const 
 
 void TcpStoreServer::Impl::run() {
   pthread_setname_np(pthread_self(), "hora-store");
+  // Whoever reads this process's stderr (a launcher's pipe) may stop reading: the store goes on
+  // serving and drops log lines instead of blocking in write(2).
+  NonBlockingLog neverBlock;
   std::vector<pollfd> fds;
   std::vector<uint64_t> ids;
   while (!stop.load()) {
@@ -442,11 +447,23 @@ void TcpStoreServer::Impl::acceptAll(int listenFd) {
     c.fd = fd;
     c.peer = peerName(addr);
     c.accepted = c.lastRead = Clock::now();
-    if (options.maxConnections > 0 && connections.size() >= options.maxConnections) {
-      refuse(c, std::to_string(connections.size()) + " connections are open (limit " +
-                    std::to_string(options.maxConnections) + ")");
-      close(fd);
-      continue;
+    // A connection counts against the limit only once it has finished the handshake (proved
+    // the job token, where there is one). Until then it is one of at most kMaxUnproven; a new
+    // one past that closes the oldest of them, so that strangers holding connections open
+    // cannot keep a rank out: its handshake takes one round trip, theirs never ends.
+    size_t unproven = 0;
+    auto oldest = connections.end();
+    for (auto it = connections.begin(); it != connections.end(); ++it) {
+      if (it->second.stage == Stage::kReady || it->second.dead) continue;
+      ++unproven;
+      if (oldest == connections.end() || it->second.accepted < oldest->second.accepted) oldest = it;
+    }
+    if (unproven >= kMaxUnproven && oldest != connections.end()) {
+      refuse(oldest->second, "closed to make room for a newer connection: " +
+                                 std::to_string(unproven) + " connections had not finished the "
+                                 "handshake (at most " + std::to_string(kMaxUnproven) + ")");
+      oldest->second.dead = true;
+      shutdown(oldest->second.fd, SHUT_RDWR);
     }
     connections.emplace(nextConnection++, std::move(c));
   }
@@ -713,6 +730,16 @@ bool TcpStoreServer::Impl::handshake(uint64_t id, Connection &c, uint8_t command
         c.closeWhenFlushed = true;
         return true;
       }
+    }
+    size_t members = 0;
+    for (const auto &entry : connections) members += entry.second.stage == Stage::kReady ? 1 : 0;
+    if (options.maxConnections > 0 && members >= options.maxConnections) {
+      const std::string full = std::to_string(members) + " clients are connected (limit " +
+                               std::to_string(options.maxConnections) + ")";
+      refuse(c, full);
+      reply(id, kBusy, "the store is full: " + full);
+      c.closeWhenFlushed = true;
+      return true;
     }
     c.stage = Stage::kReady;
     c.clientNonce.clear();
@@ -1012,6 +1039,7 @@ TcpStoreClient::TcpStoreClient(const std::string &host, int port, double timeout
   auto backoff = std::chrono::milliseconds(10);
   std::string why = "not tried";
   for (;;) {
+    full_ = closedInHandshake_ = false;  // what the last attempt met decides the message
     fd_ = tryConnect(host_, port_, deadline, &why);
     if (fd_ >= 0) {
       if (handshake(&why, std::chrono::duration<double>(deadline - Clock::now()).count()) == 0) return;
@@ -1024,6 +1052,15 @@ TcpStoreClient::TcpStoreClient(const std::string &host, int port, double timeout
     if (now >= deadline) break;
     std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline - now));
     backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+  }
+  if (full_ || closedInHandshake_) {
+    // The store answered: it is there, but would not keep this process connected.
+    HORA_THROW(HORA_ERR_TIMEOUT, "the store at ", address_, " did not let this process in for ",
+               seconds(timeoutS), " s (", why, "): ",
+               full_ ? "as many clients as it takes are connected (4 x WORLD_SIZE + 64); "
+                       "is a process outside the job holding connections with the job's token?"
+                     : "it closed this process's connections during the handshake, as it does "
+                       "when connections that never finish it (a stranger's) crowd in");
   }
   HORA_THROW(HORA_ERR_TIMEOUT, "master ", address_, " unreachable after ", seconds(timeoutS), " s (",
              why, "); is rank 0 running and MASTER_ADDR/MASTER_PORT right?");
@@ -1041,6 +1078,7 @@ int TcpStoreClient::handshake(std::string *why, double timeoutS) {
     timeoutS_ = saved;
     if (e.status() == HORA_ERR_INVALID_ARGUMENT) throw;
     *why = "handshake: " + e.message();
+    if (e.status() == HORA_ERR_PEER_LOST) closedInHandshake_ = true;
     return 1;
   }
   if (hello.status == kBusy) {
@@ -1070,7 +1108,13 @@ int TcpStoreClient::handshake(std::string *why, double timeoutS) {
   // another token can log the refusal.
   const std::string mine = token.empty() ? std::string() : proveToken(token, kClientLabel, {&nonce, &serverNonce});
   try {
-    request(kProof, {&mine}, 0);
+    const Reply proof = request(kProof, {&mine}, 0);
+    if (proof.status == kBusy) {  // full: members may leave; a fresh connection later
+      timeoutS_ = saved;
+      *why = proof.payload;
+      full_ = true;
+      return 1;
+    }
   } catch (const Error &e) {
     timeoutS_ = saved;
     if (e.status() != HORA_ERR_INVALID_ARGUMENT) {
@@ -1265,6 +1309,36 @@ void TcpStoreClient::wait(const std::vector<std::string> &keys, double timeoutS)
     }
     HORA_THROW(HORA_ERR_TIMEOUT, "timed out after ", seconds(timeoutS), " s waiting for ",
                keys.size(), " keys in the store at ", address_, "; missing ", missingKeys(r.payload));
+  }
+}
+
+void storeBarrier(TcpStoreClient &store, const std::string &prefix, int rank, int size,
+                  double timeoutS, const char *done) {
+  if (size <= 1) return;
+  store.set(prefix + std::to_string(rank), "");
+  std::vector<std::string> keys;
+  for (int r = 0; r < size; ++r) keys.push_back(prefix + std::to_string(r));
+  try {
+    store.wait(keys, timeoutS);
+  } catch (const Error &e) {
+    if (e.status() != HORA_ERR_TIMEOUT) throw;
+    std::string missing;
+    int count = 0;
+    for (int r = 0; r < size; ++r) {
+      bool here = true;
+      try {
+        here = store.check({keys[static_cast<size_t>(r)]});
+      } catch (const Error &) {
+        throw e;
+      }
+      if (!here) {
+        missing += (missing.empty() ? "" : ",") + std::to_string(r);
+        ++count;
+      }
+    }
+    HORA_THROW(HORA_ERR_TIMEOUT, count == 1 ? "rank " : "ranks ", missing, " of ", size,
+               count == 1 ? " has" : " have", " not ", done, " within ", seconds(timeoutS),
+               " s (HORA_TIMEOUT_S)");
   }
 }
 

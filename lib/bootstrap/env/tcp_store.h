@@ -118,9 +118,19 @@ class TcpStoreClient {
   // Why the connection was given up (set once; every later request fails with it): after a
   // lost connection or an unanswered request the stream can no longer be trusted.
   std::string lost_;
+  // While connecting: the store said it was full, or closed a connection of ours mid-handshake
+  // (for the message if it never lets us in).
+  bool full_ = false;
+  bool closedInHandshake_ = false;
 };
 
 // "host:port", with an IPv6 literal in brackets.
 std::string formatHostPort(const std::string &host, int port);
+
+// A barrier through the store among `size` ranks: sets `prefix`<rank>, then waits until every
+// rank has (timeoutS). Past it, Error(HORA_ERR_TIMEOUT) "ranks 1,3 of 4 have not <done> within
+// N s". Keys stay: a late rank passes at once.
+void storeBarrier(TcpStoreClient &store, const std::string &prefix, int rank, int size,
+                  double timeoutS, const char *done);
 
 }  // namespace hora

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <vector>
 
+#include "base/interrupt.h"
 #include "base/knobs.h"
 #include "base/logging.h"
 
@@ -28,6 +29,8 @@ bool gWeInitializedMpi = false;
 constexpr int kFaultTag = 1;  // "I gave up": 4 bytes of status, then the reason
 constexpr int kBeatTag = 2;   // a Presence line
 
+// A set's abort (MpiCommGroup::interrupt): every MPI wait of this process throws it.
+Interrupt gInterrupted;
 // Why the MPI plane of this process is broken (see mpiPlaneBroken), set once.
 std::mutex gBrokenMutex;  // guards gBrokenStatus, gBrokenWhy and the notices' sending
 std::atomic<bool> gBroken{false};
@@ -271,6 +274,10 @@ class MpiCommGroup final : public MpiGroup {
     poisoned_ = true;
     mpiPlaneBroken(status, why);
   }
+  // A posted MPI collective cannot be cancelled: as after a timeout, the plane of this process
+  // is broken. Makes no MPI call (any thread may abort; MPI may not allow a second one): every
+  // wait throws at its next look, and the engine then poisons the group, which tells the peers.
+  void interrupt(const Status &why) override { gInterrupted.raise(why); }
   bool usesSockets() const override { return false; }
   Presence *presence() override { return presence_.get(); }
   MPI_Comm dataComm() const override { return data_; }
@@ -452,6 +459,7 @@ void waitMpi(MPI_Request *requests, int count, double timeoutS, const char *what
     if (how == MpiWait::kBusy && (round & 1023) != 0) continue;  // data in flight: keep it moving
     takeFaultNotice();
     throwIfMpiBroken();
+    gInterrupted.check();
     if (Clock::now() - start > limit) {
       // Leaked on purpose (once per timed-out operation; the plane is broken after one).
       static std::mutex abandonedMutex;  // guards *abandoned

@@ -10,6 +10,7 @@ import re
 import resource
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -17,6 +18,7 @@ import unittest
 
 STORE_RANK = os.path.abspath(sys.argv[1])
 HORARUN = os.path.abspath(sys.argv[2])
+HORA_STORE = os.path.abspath(sys.argv[3])
 SCALE = float(os.environ.get("HORA_TEST_TIME_SCALE", "1"))
 
 
@@ -74,6 +76,44 @@ def closed_within(sock, seconds):
         except OSError:
             return time.time() - start
     return None
+
+
+def store_request(sock, command, args, wait_ms=0):
+    """One request of hora's store protocol; returns (status, payload)."""
+    body = struct.pack("<BII", command, wait_ms, len(args))
+    body += b"".join(struct.pack("<I", len(a)) + a for a in args)
+    sock.sendall(struct.pack("<I", len(body)) + body)
+    head = b""
+    while len(head) < 4:
+        chunk = sock.recv(4 - len(head))
+        if not chunk:
+            raise OSError("closed by the store")
+        head += chunk
+    (n,) = struct.unpack("<I", head)
+    reply = b""
+    while len(reply) < n:
+        chunk = sock.recv(n - len(reply))
+        if not chunk:
+            raise OSError("closed by the store")
+        reply += chunk
+    return reply[0], reply[1:]
+
+
+def store_client(port, timeout=5.0):
+    """A connection that has done the handshake with a store that asks for no token."""
+    sock = connect("127.0.0.1", port, timeout)
+    if sock is None:
+        raise OSError("refused")
+    try:
+        status, _ = store_request(sock, 6, [b"hora-store/1", b"", os.urandom(32)])  # HELLO
+        if status == 0:
+            status, _ = store_request(sock, 7, [b""])  # PROOF (none)
+        if status != 0:
+            raise OSError("the store answered the handshake with status %d" % status)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def is_closed(sock):
@@ -161,13 +201,17 @@ class StoreFaults(unittest.TestCase):
         self.assertIsNotNone(t_garbage, "garbage was not closed")
         self.assertIsNotNone(t_huge, "a 2 GB length prefix was not closed")
         report("garbage closed in %.3f s, a 2 GB length prefix in %.3f s" % (t_garbage, t_huge))
-        # The limit for a world of 2 is 4 * 2 + 64 = 72 connections; the rest are closed at once.
+        # At most 64 connections that have not finished the handshake: each one past that
+        # closes the oldest (the two above that are still open count too).
         flood = [connect("127.0.0.1", self.port) for _ in range(100)]
         self.sockets += [s for s in flood if s]
         time.sleep(0.3)
         closed = sum(1 for s in flood if s is None or is_closed(s))
-        report("100 connections at once: %d closed at once (limit 72)" % closed)
-        self.assertGreaterEqual(closed, 100 - 72 + 2)
+        report("100 connections at once: %d closed at once (at most 64 without a handshake)"
+               % closed)
+        self.assertGreaterEqual(closed, 100 - 64)
+        self.assertTrue(is_closed(flood[0]), "the oldest was not the one closed")
+        self.assertFalse(is_closed(flood[-1]), "the newest was closed")
         for s in flood:
             if s:
                 s.close()
@@ -315,6 +359,79 @@ class StoreFaults(unittest.TestCase):
             env.update(extra)
             self.assert_sum(self.finish(self.start(env)), 1.0, size=1)
 
+    def test_strangers_holding_connections_do_not_keep_a_rank_out(self):
+        """A stranger without the job's token holds more connections open than the store
+        admits: they never finish the handshake, so they do not count against the limit, and a
+        rank that comes after them closes the oldest and gets in (they used to fill every slot,
+        and the rank failed with "unreachable (connection refused)")."""
+        token = "test-token-%d" % os.getpid()
+        rank0 = self.start(self.env(0, timeout=8, HORA_JOB_TOKEN=token, HOLD_S=1))
+        wait_listening(self.port, rank0)
+        time.sleep(0.3)  # rank 0 is in, waiting for rank 1
+        flood = [connect("127.0.0.1", self.port) for _ in range(150)]
+        self.sockets += [s for s in flood if s]
+        time.sleep(0.2)
+        start = time.time()
+        rank1 = self.start(self.env(1, timeout=8, HORA_JOB_TOKEN=token))
+        result = self.finish(rank1)
+        report("a rank behind 150 idle stranger connections formed the job in %.2f s"
+               % (time.time() - start))
+        self.assert_sum(result, 3.0)
+        self.assert_sum(self.finish(rank0), 3.0)
+
+    def test_store_full_says_so(self):
+        """A rank the store cannot take (as many clients as the limit allows, each with the
+        handshake done) fails saying the store is full, not that the master is unreachable."""
+        rank0 = self.start(self.env(0, timeout=4))
+        wait_listening(self.port, rank0)
+        time.sleep(0.3)
+        members = []
+        try:
+            for _ in range(80):  # the limit for a world of 2 is 4 * 2 + 64 = 72
+                try:
+                    members.append(store_client(self.port, 2.0))
+                except OSError:
+                    break
+            self.assertLess(len(members), 80, "the store took every connection")
+            code, out, err = self.finish(self.start(self.env(1, timeout=2)))
+            self.assertNotEqual(code, 0, out + err)
+            self.assertIn("did not let this process in", err)
+            self.assertIn("the store is full", err)
+            self.assertNotIn("unreachable", err)
+        finally:
+            for m in members:
+                m.close()
+
+    def test_store_serves_on_when_nobody_reads_its_stderr(self):
+        """hora-store with its stderr a pipe nobody reads, and a client that makes it log many
+        lines (bad frames after the handshake): it drops log lines rather than block, and goes
+        on serving (it used to stop in write(2) after about 500 lines)."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HORA_")}
+        store = subprocess.Popen([HORA_STORE, "--host", "127.0.0.1", "--port", "0"], env=env,
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, start_new_session=True)
+        self.procs.append(store)
+        line = store.stdout.readline().decode()
+        self.assertTrue(line.startswith("hora-store listening on "), line)
+        port = int(line.split()[-1])
+        for i in range(1500):  # about 150 bytes logged each: 3x a pipe's 64 KiB
+            bad = store_client(port)
+            bad.sendall(struct.pack("<I", 5) + b"xxxxx")  # below the smallest request
+            bad.close()
+        good = store_client(port)
+        good.settimeout(5.0 * SCALE)
+        start = time.time()
+        store_request(good, 1, [b"key", b"value"])  # SET
+        status, value = store_request(good, 2, [b"key"], wait_ms=1000)  # GET
+        report("a store whose stderr nobody read answered in %.3f s after 1500 logged faults"
+               % (time.time() - start))
+        self.assertEqual((status, value), (0, b"value"))
+        good.close()
+        # what it wrote says that lines were dropped
+        os.killpg(store.pid, signal.SIGKILL)
+        err = store.stderr.read().decode("utf-8", "replace")
+        self.assertIn("closing the connection", err)
+
     def test_horarun_gives_each_job_its_own_token(self):
         """horarun passes every rank a non-empty HORA_JOB_TOKEN, the same within a job and
         different between jobs; a token the user set is passed on instead."""
@@ -344,5 +461,5 @@ class StoreFaults(unittest.TestCase):
 
 if __name__ == "__main__":
     # A hang anywhere fails the whole file instead of blocking the suite.
-    signal.alarm(int(100 * SCALE))
+    signal.alarm(int(150 * SCALE))
     unittest.main(argv=sys.argv[:1], verbosity=2)

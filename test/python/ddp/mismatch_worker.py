@@ -10,6 +10,9 @@ and no TORCH_DISTRIBUTED_DEBUG:
               with a HoraTimeoutError naming the op (blocking, wait(), wait(timeout), the future),
               later ops on the group fail at once, and destroy_process_group returns promptly on
               both ranks.
+    late:     rank 1 calls the allreduce after rank 0 timed out and reused its tensor: hora
+              never writes into rank 0's tensor afterwards, and rank 1 fails (naming rank 0)
+              rather than succeeding with a mixed result.
 
 Every limit is checked in the rank itself; the test's watchdog (harness.run_ranks) kills the job
 if a rank hangs anyway."""
@@ -155,6 +158,47 @@ def skip(rank, size):
         store.set("mismatch_worker.rank1_bye", "1")
 
 
+def late(rank, size):
+    """Rank 1 calls an allreduce 2x the group's timeout after rank 0, which has timed out and
+    reused its tensor by then: the op is over in hora on rank 0 (nothing writes into its tensor
+    later, not even after destroy_process_group), and rank 1 fails instead of getting a result
+    mixed from rank 0's new contents."""
+    store = dist.distributed_c10d._get_default_store()
+    t = torch.full((4,), float(rank + 1))
+    if rank == 0:
+        e, took = expect_error(lambda: dist.all_reduce(t), hora.HoraTimeoutError,
+                               ["allreduce", "timeout of 3 s"], scaled(TIMEOUT_S + SLACK_S))
+        t.fill_(100.0)  # the caller's tensor is its own again
+        print("rank 0: allreduce timed out after %.2f s; tensor reused" % took, flush=True)
+        store.set("late.rank0_reused", "1")
+        store.wait(["late.rank1_done"], datetime.timedelta(seconds=scaled(60)))
+        time.sleep(0.5)
+        assert torch.equal(t, torch.full((4,), 100.0)), "hora wrote into the tensor: %s" % t
+        destroy_start = time.monotonic()
+        dist.destroy_process_group()
+        assert time.monotonic() - destroy_start < scaled(TIMEOUT_S)
+        time.sleep(0.5)
+        assert torch.equal(t, torch.full((4,), 100.0)), "hora wrote into it later: %s" % t
+        store.set("late.rank0_bye", "1")
+    else:
+        store.wait(["late.rank0_reused"], datetime.timedelta(seconds=scaled(60)))
+        # about 2x the timeout after rank 0's call
+        time.sleep(max(0.0, 2 * TIMEOUT_S - TIMEOUT_S))
+        start = time.monotonic()
+        try:
+            dist.all_reduce(t)
+        except hora.HoraError as e:
+            took = time.monotonic() - start
+            assert took < scaled(10), "the late rank failed only after %.1f s: %s" % (took, e)
+            assert "rank 0" in str(e), "the error does not name rank 0: %s" % e
+            print("rank 1: late allreduce failed after %.2f s: %s" % (took, e), flush=True)
+        else:
+            raise AssertionError("the late allreduce succeeded with %s (rank 0 had given up)" % t)
+        store.set("late.rank1_done", "1")
+        dist.destroy_process_group()
+        store.wait(["late.rank0_bye"], datetime.timedelta(seconds=scaled(60)))
+
+
 def main():
     mode = sys.argv[1]
     os.environ.pop("TORCH_DISTRIBUTED_DEBUG", None)
@@ -164,6 +208,8 @@ def main():
     if mode == "mismatch":
         mismatch(rank, size)
         dist.destroy_process_group()
+    elif mode == "late":
+        late(rank, size)
     else:
         skip(rank, size)
     print("rank %d of %d: %s ok" % (rank, size, mode), flush=True)

@@ -28,6 +28,7 @@ every op: one not complete that long after its call fails with hora.HoraTimeoutE
 and the group with it (later ops fail at once; destroy it or restart). See docs/torch-errors.md.
 """
 
+import atexit
 import os
 import socket
 
@@ -101,11 +102,26 @@ def _start_hora(store, rank, size, timeout=None):
                     os.environ.pop(name, None)
                 else:
                     os.environ[name] = value
+    _register_exit_hook()
     if (hora.rank(), hora.size()) != (rank, size):
         raise RuntimeError(
             "hora backend: torch's world makes this process rank %d of %d, hora's rank %d of %d; "
             "start every rank with one launcher (torchrun, horarun, or mpirun with RANK and "
             "WORLD_SIZE from OMPI_COMM_WORLD_RANK/SIZE)" % (rank, size, hora.rank(), hora.size()))
+
+
+_exit_hook = False
+
+
+def _register_exit_hook():
+    """At exit, before hora's own hook (atexit runs the later registration first, and hora
+    registers at its first init, which comes before this): hora shuts down and every group's
+    threads are joined while the interpreter is whole, so none of them runs a future's callback
+    or lets go of a tensor while Python finalizes (a group nobody destroyed keeps its threads)."""
+    global _exit_hook
+    if not _exit_hook:
+        atexit.register(ProcessGroupHora._stop_all)
+        _exit_hook = True
 
 
 def _create_process_group(options, pg_options):

@@ -54,6 +54,12 @@ PYBIND11_MODULE(_c10d, m) {
            "`timeout`: the group's timeout in seconds (torch's init_process_group/new_group "
            "timeout); an op not complete that long after its call fails, and the group with it. "
            "0: none (hora's own HORA_TIMEOUT_S and HORA_STALL_SHUTDOWN_S still apply).")
+      .def_static("_stop_all", [] {
+            py::gil_scoped_release release;
+            ProcessGroupHora::stopAll();
+          },
+          "At interpreter exit (hora.distributed registers it): hora shuts down and every "
+          "group's threads are joined while Python is still whole.")
       .def_property_readonly("process_set", &ProcessGroupHora::processSet)
       .def_property_readonly("group_name", &ProcessGroupHora::groupName)
       .def_property_readonly(

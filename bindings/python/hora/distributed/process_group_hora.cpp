@@ -346,6 +346,7 @@ namespace {
 // The key of an op that failed (see ProcessGroupHora::kLag): hora failed it on every member.
 constexpr uint64_t kFailedKey = ~uint64_t{0};
 
+
 // "3 s", "0.25 s": a timeout as torch's user wrote it, near enough.
 std::string seconds(std::chrono::milliseconds t) {
   char text[32];
@@ -359,13 +360,24 @@ std::string seconds(std::chrono::milliseconds t) {
 
 }  // namespace
 
+// Never destroyed: used at exit.
+std::mutex &ProcessGroupHora::liveGroupsMutex() {
+  static auto *m = new std::mutex();
+  return *m;
+}
+
+std::vector<std::weak_ptr<ProcessGroupHora::Shared>> &ProcessGroupHora::liveGroups() {
+  static auto *v = new std::vector<std::weak_ptr<Shared>>();
+  return *v;
+}
+
 ProcessGroupHora::ProcessGroupHora(int rank, int size, int32_t processSet, std::string groupName,
                                    std::chrono::milliseconds timeout)
     : ProcessGroup(rank, size),
       processSet_(processSet),
       groupName_(std::move(groupName)),
       timeout_(timeout.count() > 0 ? timeout : std::chrono::milliseconds(0)),
-      shared_(std::make_shared<Shared>(groupName_, debugLevelAtLeastInfo())) {
+      shared_(std::make_shared<Shared>(groupName_, processSet, debugLevelAtLeastInfo())) {
   if (hora_is_initialized() == 0) {
     fail(HORA_ERR_NOT_INITIALIZED, "hora backend: hora is not initialized");
   }
@@ -383,49 +395,73 @@ ProcessGroupHora::ProcessGroupHora(int rank, int size, int32_t processSet, std::
   init();
   const std::string threadName = ("hora-c10d " + groupName_).substr(0, 15);
   const std::shared_ptr<Shared> shared = shared_;
-  watcher_ = std::thread([shared, threadName] {
+  std::lock_guard<std::mutex> threads(shared->threadsMutex);
+  shared->watcher = std::thread([shared, threadName] {
     pthread_setname_np(pthread_self(), threadName.c_str());
     watch(shared);
   });
   if (timeout_.count() > 0) {
     const std::chrono::milliseconds t = timeout_;
     const std::string timerName = ("hora-c10dt " + groupName_).substr(0, 15);
-    timer_ = std::thread([shared, t, timerName] {
+    shared->timer = std::thread([shared, t, timerName] {
       pthread_setname_np(pthread_self(), timerName.c_str());
       enforceTimeout(shared, t);
     });
   }
+  std::lock_guard<std::mutex> lock(liveGroupsMutex());
+  liveGroups().push_back(shared_);
 }
 
 ProcessGroupHora::~ProcessGroupHora() {
-  Shared &s = *shared_;
-  {
-    std::lock_guard<std::mutex> lock(s.mutex);
-    s.stop = true;
-  }
-  s.queued.notify_all();
-  s.changed.notify_all();
   // The last reference often goes in Python, with the GIL held, while the watcher (or the
   // timer, failing works) may be running a Python callback of a future (or dropping a Python
   // object): it needs the GIL to finish.
   PyThreadState *state = nullptr;
   if (Py_IsInitialized() != 0 && PyGILState_Check() != 0) state = PyEval_SaveThread();
-  bool leave;
-  {
-    // Every op completes, or the timer fails the group when one outlives the timeout: then the
-    // watcher may be blocked in hora_wait for as long as hora holds that op, and is left to
-    // finish on its own.
-    std::unique_lock<std::mutex> lock(s.mutex);
-    s.changed.wait(lock, [&s] { return s.watcherDone || s.stuck; });
-    leave = !s.watcherDone;
-  }
-  if (leave) {
-    watcher_.detach();
-  } else {
-    watcher_.join();
-  }
-  if (timer_.joinable()) timer_.join();
+  shared_->stopAndJoin();
   if (state != nullptr) PyEval_RestoreThread(state);
+}
+
+// Every op completes: hora completes it, or the group's timeout aborts the process set in hora
+// (enforceTimeout), which completes it too. So the wait below ends, and no thread is left that
+// could touch Python objects later (a watcher detached in hora_wait used to drop its tensors
+// while the interpreter finalized, which aborted the process).
+void ProcessGroupHora::Shared::stopAndJoin() {
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    stop = true;
+  }
+  queued.notify_all();
+  changed.notify_all();
+  std::lock_guard<std::mutex> threads(threadsMutex);
+  if (watcher.joinable()) watcher.join();
+  if (timer.joinable()) timer.join();
+}
+
+void ProcessGroupHora::stopAll() {
+  std::vector<std::shared_ptr<Shared>> groups;
+  {
+    std::lock_guard<std::mutex> lock(liveGroupsMutex());
+    for (const std::weak_ptr<Shared> &g : liveGroups()) {
+      if (std::shared_ptr<Shared> live = g.lock()) groups.push_back(std::move(live));
+    }
+    liveGroups().clear();
+  }
+  if (groups.empty()) return;
+  {
+    for (const std::shared_ptr<Shared> &g : groups) {
+      std::lock_guard<std::mutex> lock(g->mutex);
+      g->stop = true;
+    }
+    // What the watchers still wait for completes (with HORA_ERR_SHUT_DOWN) as hora shuts down,
+    // as it would at exit anyway.
+    if (hora_is_initialized() != 0) {
+      if (hora_shutdown() != HORA_SUCCESS) {
+        std::fprintf(stderr, "hora backend: hora_shutdown at exit: %s\n", hora_last_error());
+      }
+    }
+  }
+  for (const std::shared_ptr<Shared> &g : groups) g->stopAndJoin();
 }
 
 void ProcessGroupHora::watch(const std::shared_ptr<Shared> &shared) {
@@ -481,7 +517,7 @@ void ProcessGroupHora::watch(const std::shared_ptr<Shared> &shared) {
     }
     std::vector<at::Tensor> value;
     // A work the timer failed keeps its tensors as they are: its caller has been told it failed.
-    if (op.error == nullptr && !op.work->claimed()) {
+    if (op.error == nullptr && !op.work->claimed() && !op.failedByTimer) {
       try {
         value = op.finish(op.request);
       } catch (...) {
@@ -493,7 +529,8 @@ void ProcessGroupHora::watch(const std::shared_ptr<Shared> &shared) {
     op.submit = nullptr;
     op.finish = nullptr;
     try {
-      op.work->complete(std::move(value), op.error);
+      // The timer completes the works it failed, after hora has let go of their tensors.
+      if (!op.failedByTimer) op.work->complete(std::move(value), op.error);
     } catch (const std::exception &e) {
       // A callback on the future threw; this thread must go on completing the group's ops.
       std::fprintf(stderr, "hora backend: a callback of %s's future threw: %s\n", op.what,
@@ -548,14 +585,25 @@ void ProcessGroupHora::enforceTimeout(const std::shared_ptr<Shared> &shared,
     s.brokenStatus = HORA_ERR_TIMEOUT;
     s.broken = why;
     std::vector<std::pair<c10::intrusive_ptr<WorkHora>, std::exception_ptr>> failed;
-    for (const Op &op : s.ops) {
+    for (Op &op : s.ops) {
       const std::string message =
           &op == &front ? std::string("hora backend: ") + why
                         : where(op.what) + "not complete: the group failed: " + why;
       failed.emplace_back(op.work, std::make_exception_ptr(StatusError(HORA_ERR_TIMEOUT, message)));
+      op.failedByTimer = true;
     }
     lock.unlock();
-    s.changed.notify_all();  // the destructor may be waiting for this
+    // The op is over in hora before anyone is told: the process set stops on this rank, so hora
+    // writes into none of its tensors later (the caller may reuse them as soon as it hears), the
+    // members that did submit it fail too instead of running it with this rank's tensor as it
+    // is then, and the watcher's hora_wait returns. Not collective; the other members hear of it
+    // as their next collective on the set fails.
+    if (hora_process_set_abort(s.processSet, HORA_ERR_TIMEOUT, why.c_str()) != HORA_SUCCESS &&
+        hora_is_initialized() != 0) {
+      std::fprintf(stderr, "hora backend: stopping process set %d after the timeout: %s\n",
+                   static_cast<int>(s.processSet), hora_last_error());
+    }
+    s.changed.notify_all();
     for (auto &f : failed) {
       try {
         f.first->complete({}, f.second);

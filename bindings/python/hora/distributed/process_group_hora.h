@@ -74,9 +74,15 @@ class ProcessGroupHora : public c10d::ProcessGroup {
   // complete that long after it was called fails, and so does the group (see Shared). Zero: none.
   ProcessGroupHora(int rank, int size, int32_t processSet, std::string groupName,
                    std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
-  // Waits for the ops still in flight, at most until the group's timeout fails them; a watcher
-  // still waiting for hora then is left to finish on its own.
+  // Waits for the ops still in flight, at most until the group's timeout fails them (which
+  // aborts them in hora: see enforceTimeout), then joins the group's threads: none outlives it.
   ~ProcessGroupHora() override;
+
+  // Every live group's threads are stopped and joined, after hora_shutdown (if hora runs) has
+  // completed whatever they still wait for: hora.distributed calls it at interpreter exit, before
+  // Python starts to finalize, so that no thread of a group left undestroyed runs a future's
+  // callback or drops a tensor afterwards. Call without the GIL.
+  static void stopAll();
 
   const std::string getBackendName() const override { return "hora"; }
   int32_t processSet() const { return processSet_; }
@@ -190,17 +196,24 @@ class ProcessGroupHora : public c10d::ProcessGroup {
     Finish finish;
     hora_request_t request = nullptr;  // null until submitted
     std::exception_ptr error;          // its submission failed, or the group failed first
+    bool failedByTimer = false;        // the timer completes its work (with the timeout's words)
   };
 
-  // What the group's threads share with it. The watcher and the timer hold it too, so that a
-  // watcher still blocked in hora_wait when the group goes (its op timed out and hora has not
-  // failed it yet) can be left to finish on its own: it frees the request and the tensors hora
-  // writes to once hora completes the op (at the latest when hora shuts down).
+  // What the group's threads share with it (they hold it too), and the threads themselves,
+  // which the group's destructor or stopAll() joins, whichever comes first.
   struct Shared {
-    Shared(std::string group, bool sequence)
-        : groupName(std::move(group)), sequenceNames(sequence) {}
+    Shared(std::string group, int32_t set, bool sequence)
+        : groupName(std::move(group)), processSet(set), sequenceNames(sequence) {}
     const std::string groupName;
+    const int32_t processSet;
     const bool sequenceNames;  // TORCH_DISTRIBUTED_DEBUG: see kLag
+
+    // Asks both threads to stop once every queued op has completed, waits for that, and joins
+    // them. Idempotent; call without the GIL (the watcher may need it for a callback).
+    void stopAndJoin();
+    std::mutex threadsMutex;  // guards watcher and timer (joined once)
+    std::thread watcher;
+    std::thread timer;  // only with a timeout
 
     // This mutex protects everything below. Held for submissions and hora_poll, never while
     // waiting for hora or running a future's callbacks.
@@ -255,12 +268,14 @@ class ProcessGroupHora : public c10d::ProcessGroup {
   static void enforceTimeout(const std::shared_ptr<Shared> &shared,
                              std::chrono::milliseconds timeout);
 
+  // Every group's Shared, for stopAll(); guarded by liveGroupsMutex(). Never destroyed.
+  static std::mutex &liveGroupsMutex();
+  static std::vector<std::weak_ptr<Shared>> &liveGroups();
+
   const int32_t processSet_;
   const std::string groupName_;
   const std::chrono::milliseconds timeout_;
   const std::shared_ptr<Shared> shared_;
-  std::thread watcher_;
-  std::thread timer_;  // only with a timeout
 };
 
 }  // namespace dist
