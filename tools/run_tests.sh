@@ -23,6 +23,13 @@ t=$SECONDS
 tools/setup.sh
 phases+=("setup $((SECONDS - t))")
 
+# What the tests leave behind: hora's files in /tmp and /dev/shm that were not there before the
+# run (flight recorder files, scratch directories, shared segments) fail it at the end. Tests
+# write into their own scratch directories (meson's test setup points HORA_FLIGHT_RECORDER into
+# the build tree), and remove them.
+litter() { ls -d /tmp/hora-* /dev/shm/hora-* 2>/dev/null | sort || true; }
+litter_before=$(litter)
+
 t=$SECONDS
 if [ -f "$builddir/build.ninja" ]; then
   meson setup --reconfigure "$builddir" >/dev/null
@@ -32,6 +39,7 @@ fi
 ninja -C "$builddir" -j "$HORA_BUILD_JOBS"
 phases+=("main-build $((SECONDS - t))")
 
+rm -rf "$builddir/test-scratch/flight"/*  # the last run's flight recorder files
 testlog="$builddir/meson-logs/testlog.json"
 rm -f "$testlog"
 rc=0
@@ -112,6 +120,12 @@ for (build, suite), (n, ok, bad, skip, secs) in suites.items():
 print(f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
 sys.exit(1 if failed else 0)
 PY
+left=$(comm -13 <(echo "$litter_before") <(litter) | sed '/^$/d')
+if [ -n "$left" ]; then
+  echo "== The tests left these behind (each test writes into a scratch directory of its own and removes it):"
+  echo "$left" | sed 's/^/  /'
+  rc=1
+fi
 cat "$builddir/meson-logs/summary.txt"
 if [ ! -s "$builddir/meson-logs/summary.txt" ]; then
   echo "0 passed, 0 failed"

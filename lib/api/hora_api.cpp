@@ -5,6 +5,7 @@
 #include <climits>
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -575,11 +576,27 @@ hora_status_t hora_init(void) {
     Knobs knobs = Knobs::fromEnvironment(&report);
     setLogLevel(knobs.logLevel);
     std::shared_ptr<Engine> engine;
-    try {
-      engine = startRuntime(knobs);
-    } catch (...) {
-      logKnobNotes(report);  // no world, no rank: a misspelt knob may be why, so every rank says it
-      throw;
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::milliseconds(static_cast<int64_t>(knobs.timeoutS * 1000.0));
+    takeElasticFormationAbandoned();  // what earlier runtimes saw is not this one's
+    for (;;) {
+      try {
+        engine = startRuntime(knobs);
+        break;
+      } catch (const Error &e) {
+        // An elastic worker whose world the agents gave up on while it formed (a member died
+        // before joining it): join the next one, as a worker that asked late would.
+        if (takeElasticFormationAbandoned() && std::chrono::steady_clock::now() < deadline) {
+          HORA_LOG(kInfo) << "elastic: the world this worker was joining is being replaced ("
+                          << e.message() << "); joining the next one";
+          continue;
+        }
+        logKnobNotes(report);  // no world, no rank: a misspelt knob may be why, so every rank says it
+        throw;
+      } catch (...) {
+        logKnobNotes(report);
+        throw;
+      }
     }
     // One copy per host: a host's ranks share their launcher's environment.
     if (engine->topology().localRank == 0) logKnobNotes(report);

@@ -192,6 +192,19 @@ const std::vector<KnobSpec> kTable = {
        return true;
      },
      [](const Knobs &k) { return std::to_string(k.flightRecorderOps); }},
+    {"HORA_FLIGHT_RECORDER_KEEP", "8",
+     "flight recorder files of at most this many jobs stay in its directory: writing one removes "
+     "those of older jobs (by their newest file), so failed jobs do not pile up (0: keep all)",
+     [](const std::string &t, Knobs &k, std::string *why) {
+       double v;
+       if (!parseDouble(t, 0, 1e6, &v, why) || v != std::floor(v)) {
+         *why = "expected an integer in [0, 1000000]";
+         return false;
+       }
+       k.flightRecorderKeep = static_cast<int64_t>(v);
+       return true;
+     },
+     [](const Knobs &k) { return std::to_string(k.flightRecorderKeep); }},
     {"HORA_STALL_WARNING_S", "60",
      "report a name that some ranks have submitted and others have not after this long, and "
      "again at this interval, seconds (0: never)",

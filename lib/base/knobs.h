@@ -29,6 +29,7 @@ struct Knobs {
   std::string timeline;             // empty = off
   std::string flightRecorder = "/tmp/hora-flight.{rank}.json";  // "" = off
   int64_t flightRecorderOps = 1024;
+  int64_t flightRecorderKeep = 8;  // jobs whose files stay in the recorder's directory; 0 = all
   double stallWarningS = 60;
   double stallShutdownS = 0;  // 0 = off
   double timeoutS = 300;

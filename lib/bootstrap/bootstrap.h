@@ -24,6 +24,10 @@ void finalizeAtExit();
 // worker, 0 when not or outside an elastic job; throws Error when their store cannot be asked.
 // (bootstrap/env/elastic.cpp)
 int elasticWorldChanged();
+// Whether a world this process was forming since the last call was given up by horarun's agents
+// while it formed (its waits ended for that reason); resets the answer. hora_init then joins the
+// agents' next world instead of failing. (bootstrap/env/elastic.cpp)
+bool takeElasticFormationAbandoned();
 
 // A world of one: no launcher, no MPI.
 std::unique_ptr<Bootstrap> createSingleBootstrap();

@@ -148,7 +148,7 @@ std::shared_ptr<Engine> Engine::start(const Knobs &knobs, std::shared_ptr<Fabric
     std::tie(flight.job, flight.jobSource) = jobId(flight.run);
     e->flight_ = std::make_unique<FlightRecorder>(
         static_cast<size_t>(e->knobs_.flightRecorderOps), e->knobs_.flightRecorder,
-        std::move(flight));
+        std::move(flight), static_cast<size_t>(e->knobs_.flightRecorderKeep));
     parts.flight = e->flight_.get();
     e->timeline_ = std::make_unique<Timeline>(std::move(origin));
     parts.timeline = e->timeline_.get();
@@ -189,6 +189,9 @@ Engine::Engine(const Knobs &knobs, std::shared_ptr<Fabric> fabric)
 Engine::~Engine() {
   shutdown();
   if (timeline_) timeline_->stop();
+  // After a failure the other ranks read this rank's last word (why it stopped) from the world's
+  // side channel, which may live here (rank 0 serves the env:// store).
+  if (world_ && world_->failed() && bootstrap_) bootstrap_->lingerAfterFailure();
 }
 
 Timeline &Engine::timeline() {

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "core/flight_recorder.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,11 +13,15 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <limits>
+#include <map>
 #include <mutex>
 
 #include "base/error.h"
 #include "base/json.h"
 #include "base/logging.h"
+#include "core/stall_watch.h"
 #include "core/timeline.h"
 
 namespace hora {
@@ -101,8 +107,8 @@ const char *stateName(uint8_t state) {
 // `path` named for the job: every "{job}" replaced by the job id; without one, the id goes
 // before "{rank}" ("f.{rank}.json": "f.<job>.{rank}.json"), else before the name's extension
 // ("f.json": "f.<job>.json"). Files of different jobs then never overwrite or mix with each other.
-std::string jobPath(std::string path, const std::string &job) {
-  if (job.empty()) return path;
+// `path` with "{job}" where the job goes: as given, or put before "{rank}" (or the extension).
+std::string jobTemplate(std::string path) {
   if (path.find("{job}") == std::string::npos) {
     const size_t slash = path.rfind('/');
     const size_t rank = path.find("{rank}");
@@ -115,6 +121,12 @@ std::string jobPath(std::string path, const std::string &job) {
       path += ".{job}";
     }
   }
+  return path;
+}
+
+std::string jobPath(std::string path, const std::string &job) {
+  if (job.empty()) return path;
+  path = jobTemplate(std::move(path));
   for (size_t at = path.find("{job}"); at != std::string::npos; at = path.find("{job}", at)) {
     path.replace(at, 5, job);
     at += job.size();
@@ -138,8 +150,74 @@ void FlightRecorder::makeSignalPipe() {
 
 int FlightRecorder::signalWriteFd() { return gSignalPipe[1]; }
 
-FlightRecorder::FlightRecorder(size_t capacity, std::string path, FlightOrigin origin)
+size_t pruneFlightFiles(const std::string &path, const std::string &job, size_t keep) {
+  const std::string pattern = jobTemplate(path);
+  const size_t slash = pattern.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : pattern.substr(0, slash);
+  const std::string base = slash == std::string::npos ? pattern : pattern.substr(slash + 1);
+  const size_t at = base.find("{job}"), rankAt = base.find("{rank}");
+  // Only files this recorder can tell apart by job: P{job}M{rank}S in the file's own name.
+  if (keep == 0 || at == std::string::npos || rankAt == std::string::npos || rankAt < at ||
+      base.find('/') != std::string::npos) {
+    return 0;
+  }
+  const std::string prefix = base.substr(0, at), middle = base.substr(at + 5, rankAt - at - 5),
+                    suffix = base.substr(rankAt + 6);
+  struct Job {
+    std::vector<std::string> files;
+    time_t newest = 0;
+  };
+  std::map<std::string, Job> jobs;
+  DIR *d = opendir(dir.c_str());
+  if (d == nullptr) return 0;
+  while (dirent *entry = readdir(d)) {
+    const std::string name = entry->d_name;
+    if (name.size() <= prefix.size() + middle.size() + suffix.size() ||
+        name.compare(0, prefix.size(), prefix) != 0 ||
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+      continue;
+    }
+    std::string inner = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+    size_t digits = inner.size();
+    while (digits > 0 && inner[digits - 1] >= '0' && inner[digits - 1] <= '9') --digits;
+    if (digits == inner.size() || digits < middle.size() + 1 ||
+        inner.compare(digits - middle.size(), middle.size(), middle) != 0) {
+      continue;
+    }
+    const std::string id = inner.substr(0, digits - middle.size());
+    if (id.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") !=
+        std::string::npos) {
+      continue;
+    }
+    struct stat st {};
+    const std::string full = dir + "/" + name;
+    if (stat(full.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    Job &j = jobs[id];
+    j.files.push_back(full);
+    j.newest = std::max(j.newest, st.st_mtime);
+  }
+  closedir(d);
+  if (jobs.size() <= keep) return 0;
+  std::vector<std::pair<time_t, std::string>> order;  // newest first; this job always stays
+  for (const auto &entry : jobs) {
+    order.push_back({entry.first == job ? std::numeric_limits<time_t>::max() : entry.second.newest,
+                     entry.first});
+  }
+  std::sort(order.begin(), order.end(), std::greater<>());
+  size_t removed = 0;
+  for (size_t i = keep; i < order.size(); ++i) {
+    for (const std::string &file : jobs[order[i].second].files) {
+      if (std::remove(file.c_str()) == 0) ++removed;
+    }
+  }
+  return removed;
+}
+
+FlightRecorder::FlightRecorder(size_t capacity, std::string path, FlightOrigin origin,
+                               size_t keepJobs)
     : capacity_(path.empty() ? 0 : capacity),
+      template_(origin.job.empty() ? std::string() : path),
+      keepJobs_(keepJobs),
       path_(Timeline::rankPath(jobPath(path, origin.job), origin.rank, origin.size)),
       origin_(std::move(origin)),
       start_(Clock::now()),
@@ -189,6 +267,7 @@ void FlightRecorder::watchSignals() {
       while (read(gSignalPipe[0], drain, sizeof drain) > 0) {
       }
       if (const int signo = gFatalSignal.load(); signo != 0) dieOf(signo);
+      StallWatch::wakeAll();  // the stall reports of SIGUSR1 at once, not at the next tick
       dump("SIGUSR1");
     }
   }
@@ -354,6 +433,13 @@ std::string FlightRecorder::writeFile(const std::string &reason, std::string *wh
     *why = "cannot write " + path_ + ": " + std::strerror(errno);
     std::remove(temporary.c_str());
     return "";
+  }
+  if (!template_.empty() && keepJobs_ > 0) {
+    const size_t removed = pruneFlightFiles(template_, origin_.job, keepJobs_);
+    if (removed > 0) {
+      HORA_LOG(kDebug) << "flight recorder: removed " << removed << " files of jobs older than the "
+                       << keepJobs_ << " newest (HORA_FLIGHT_RECORDER_KEEP)";
+    }
   }
   return path_;
 }

@@ -35,13 +35,22 @@ struct FlightOrigin {
   std::string run;  // a random id rank 0 drew at start, the same on every rank of this run
 };
 
+// Files of flight recorders written to `path` (HORA_FLIGHT_RECORDER: "{job}" put in as the
+// recorder does, and "{rank}") by the jobs before this one: in the file's directory, the files
+// whose names fit the pattern are grouped by job, and those of all but the `keep` jobs with the
+// newest files (and `job`, always kept) are removed. Returns how many were. Nothing is removed
+// where the pattern does not put both in the file's name, or keep is 0.
+size_t pruneFlightFiles(const std::string &path, const std::string &job, size_t keep);
+
 // Recording is a few stores under a mutex per request; nothing is written until a dump.
 class FlightRecorder {
  public:
   using Clock = std::chrono::steady_clock;
 
   // capacity 0: records nothing, dumps nothing. `path` may hold "{rank}" (see Timeline::rankPath).
-  FlightRecorder(size_t capacity, std::string path, FlightOrigin origin);
+  // keepJobs > 0: each file written removes the files of all but the newest keepJobs jobs in its
+  // directory (pruneFlightFiles), this job's always kept.
+  FlightRecorder(size_t capacity, std::string path, FlightOrigin origin, size_t keepJobs = 0);
   ~FlightRecorder();
   FlightRecorder(const FlightRecorder &) = delete;
   FlightRecorder &operator=(const FlightRecorder &) = delete;
@@ -106,6 +115,8 @@ class FlightRecorder {
   [[noreturn]] void dieOf(int signo);  // the watcher, on a terminating signal
 
   const size_t capacity_;
+  const std::string template_;  // the configured path (for pruning); "" outside a job
+  const size_t keepJobs_;
   const std::string path_;  // this rank's file
   const FlightOrigin origin_;
   const Clock::time_point start_;

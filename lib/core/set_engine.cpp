@@ -112,8 +112,9 @@ void SetEngine::threadMain(const std::function<Parts()> &setup, std::promise<Sta
     flight_ = parts_.flight;
     if (parts_.turn != nullptr) turn_ = parts_.turn;
     executor_->setTimeline(timeline_, id_);
-    watch_ = std::make_unique<StallWatch>(id_, rank_, size_, parts_.group->presence(),
-                                          knobs_.stallWarningS, knobs_.timeoutS);
+    watch_ = std::make_unique<StallWatch>(
+        id_, rank_, size_, parts_.group->presence(), knobs_.stallWarningS, knobs_.timeoutS,
+        [this](int rank, const std::string &what) { peerFailed(rank, what); });
     if (std::string why; parts_.cpu >= 0 && !bindThisThread(parts_.cpu, &why)) {
       HORA_LOG(kWarning) << "HORA_THREAD_AFFINITY: cannot bind " << threadName << " to CPU "
                          << parts_.cpu << ": " << why;
@@ -220,15 +221,30 @@ void SetEngine::drive(const Request &request) {
 bool SetEngine::abort(const Status &why, std::chrono::milliseconds limit) {
   if (aborted_.raise(why)) {
     HORA_LOG(kWarning) << "process set " << id_ << " aborted on this rank: " << why.message;
-    std::lock_guard<std::mutex> planes(planesMutex_);
-    if (planesLive_) {
-      parts_.group->interrupt(why);
-      parts_.backend->interrupt(why);
-    }
+    interruptPlanes(why);
   }
   queue_.kick();  // an idle set's thread stops at once
   if (!thread_.joinable() || thread_.get_id() == std::this_thread::get_id()) return !running_;
   return exitedFuture_.wait_for(limit) == std::future_status::ready;
+}
+
+void SetEngine::interruptPlanes(const Status &why) {
+  std::lock_guard<std::mutex> planes(planesMutex_);
+  if (planesLive_) {
+    parts_.group->interrupt(why);
+    parts_.backend->interrupt(why);
+  }
+}
+
+void SetEngine::peerFailed(int rank, const std::string &what) {
+  // As an abort, but without waiting (this is the watch's thread, which the teardown joins).
+  const Status why{HORA_ERR_PEER_LOST, detail::concat("rank ", rank, " of process set ", id_,
+                                                      " failed first: ", what)};
+  if (running_ && aborted_.raise(why)) {
+    HORA_LOG(kError) << "process set " << id_ << " stopped: " << why.message;
+    interruptPlanes(why);
+    queue_.kick();
+  }
 }
 
 SetEngine::Cycle SetEngine::runCycle(bool ownThread) {
@@ -252,14 +268,28 @@ void SetEngine::fail(const Error &e) {
   // way the set stops for the abort's reason.
   const bool aborted = aborted_.raised();
   Status why = aborted ? aborted_.why() : e.toStatus();
-  // A wait ran out: say who it waited for, where the group's presence channel tells.
+  // A wait ran out: say who it waited for, where the group's presence channel tells. A peer
+  // lost: it may itself have given up after another failure (a neighbour that closed its
+  // connections); name the first rank that failed, and why, where a peer said so.
   if (!aborted && why.code == HORA_ERR_TIMEOUT && watch_ != nullptr) {
     if (const std::string who = watch_->missing(); !who.empty()) {
       why.message += "; not taking part: " + who;
+    } else if (const std::string lost = watch_->presenceLost(); !lost.empty()) {
+      why.message += "; which ranks are missing is unknown: the presence channel failed: " + lost;
+    }
+  } else if (!aborted && why.code == HORA_ERR_PEER_LOST && watch_ != nullptr) {
+    if (const std::string first = watch_->firstFailure(); !first.empty()) {
+      why.message += "; " + first;
     }
   }
-  if (!aborted) HORA_LOG(kError) << "process set " << id_ << " stopped: " << why.message;
+  if (!aborted) {
+    HORA_LOG(kError) << "process set " << id_ << " stopped: " << why.message;
+  }
   if (blastRadius(why.code) == BlastRadius::kRuntime) parts_.group->poison(why.code, why.message);
+  // The peers waiting on this rank hear of it now, where the planes can tell them (the shared
+  // segment marks this rank failed, sockets close), not when this process exits; the others
+  // through the failure this rank declares on the presence channel (stop()).
+  if (!aborted) interruptPlanes(why);
   stop(why);
 }
 
@@ -622,6 +652,8 @@ void SetEngine::leaveTurn(const Status &why) {
 
 void SetEngine::stop(const Status &why) {
   running_ = false;
+  if (why.code != HORA_ERR_SHUT_DOWN) failed_ = true;
+  if (watch_ != nullptr && why.code != HORA_ERR_SHUT_DOWN) watch_->failed(why.message);
   if (!deviceOps_.empty()) settleDeviceOps(why);
   leaveTurn(why);
   if (id_ == 0 && handler_ != nullptr) handler_->worldStopped();

@@ -92,6 +92,8 @@ class SetEngine {
   // not end in time, e.g. blocked on a peer that is gone. For the process-exit path only.
   bool joinWithin(std::chrono::milliseconds limit);
   bool running() const { return running_; }
+  // It stopped for a failure (not a shutdown): a timeout, a lost peer, an abort.
+  bool failed() const { return failed_; }
 
   int32_t id() const { return id_; }
   // Fixed once start() returns.
@@ -110,6 +112,10 @@ class SetEngine {
   Cycle runCycle(bool ownThread);
   Cycle cycle(bool ownThread);
   void fail(const Error &e);
+  // Group::interrupt and Backend::interrupt, while the planes live (any thread).
+  void interruptPlanes(const Status &why);
+  // The watch saw another rank declare a failure: stop here too (the watch's thread).
+  void peerFailed(int rank, const std::string &what);
   void execute(const std::vector<const Response *> &responses);
   void trace(const std::vector<Request *> &requests, OpType op,
              Timeline::Clock::time_point began);
@@ -132,6 +138,7 @@ class SetEngine {
   std::promise<void> exited_;  // set as the thread's last act
   std::shared_future<void> exitedFuture_ = exited_.get_future().share();
   std::atomic<bool> running_{false};
+  std::atomic<bool> failed_{false};
   int rank_ = 0;
   int size_ = 1;
   const char *backendName_ = "";

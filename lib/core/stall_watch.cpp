@@ -8,14 +8,26 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <set>
 #include <sstream>
 
 #include "base/error.h"
 #include "base/logging.h"
 #include "base/process.h"
+#include "core/controller.h"
 
 namespace hora {
 namespace {
+
+// Every live watch, for wakeAll(). Never destroyed: a watch may go at exit.
+std::mutex &watchesMutex() {
+  static auto *m = new std::mutex();
+  return *m;
+}
+std::set<StallWatch *> &watches() {
+  static auto *s = new std::set<StallWatch *>();  // guarded by watchesMutex()
+  return *s;
+}
 
 int64_t wallMsNow() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -41,6 +53,7 @@ std::string doing(const StallWatch::State &s) {
     case 'n': return "negotiating cycle " + std::to_string(s.cycle);
     case 'r': return "running " + s.what + " #" + std::to_string(s.seq);
     case 'f': return s.what;  // "forming process set 3: connecting the gloo mesh"
+    case 'x': return "stopped: " + s.what;
     default: return "idle after cycle " + std::to_string(s.cycle);
   }
 }
@@ -52,20 +65,38 @@ std::string lastDone(const StallWatch::State &s) {
 }  // namespace
 
 StallWatch::StallWatch(int32_t set, int rank, int size, Presence *presence, double warnS,
-                       double timeoutS)
+                       double timeoutS, std::function<void(int, const std::string &)> peerFailed)
     : set_(set), rank_(rank), size_(size), presence_(presence), warnS_(warnS),
       tickS_(std::clamp(std::min(warnS > 0 ? warnS : timeoutS, timeoutS) / 4, 0.05, 1.0)),
+      peerFailed_(std::move(peerFailed)),
       host_(hostName()) {
   if (size_ > 1) thread_ = std::thread([this] { loop(); });
+  std::lock_guard<std::mutex> lock(watchesMutex());
+  watches().insert(this);
 }
 
 StallWatch::~StallWatch() {
+  {
+    std::lock_guard<std::mutex> lock(watchesMutex());
+    watches().erase(this);
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
+}
+
+void StallWatch::wakeAll() {
+  std::lock_guard<std::mutex> lock(watchesMutex());
+  for (StallWatch *w : watches()) {
+    {
+      std::lock_guard<std::mutex> state(w->mutex_);
+      w->woken_ = true;
+    }
+    w->wake_.notify_all();
+  }
 }
 
 void StallWatch::negotiating(int64_t cycle) {
@@ -88,6 +119,18 @@ void StallWatch::completed(const char *op, std::string_view name, int64_t seq) {
   std::lock_guard<std::mutex> lock(mutex_);
   last_.assign(op);
   last_.append(" '").append(name).append("' #").append(std::to_string(seq));
+}
+
+void StallWatch::failed(const std::string &why) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    phase_ = 'x';
+    // Long enough for the cause and who it names; a peer quotes it in its own message.
+    what_ = why.size() > 600 ? why.substr(0, 600) + "..." : why;
+    since_ = Clock::now();
+    failurePending_ = true;
+  }
+  wake_.notify_all();
 }
 
 void StallWatch::idle() {
@@ -160,6 +203,10 @@ std::string StallWatch::describe(int rank, const State *peer, const State &mine,
     }
     return out + ")";
   }
+  if (peer->phase == 'x') {
+    // Its last word: why it stopped (it says nothing after).
+    return who + " (stopped " + seconds(age) + " ago: " + peer->what + ")";
+  }
   if (age > silentS) {
     return who + " (silent for " + seconds(age) + ": stopped, hung or dead; last seen " +
            doing(*peer) + ", " + lastDone(*peer) + ")";
@@ -195,7 +242,7 @@ std::string StallWatch::missing() {
   if (presence_ == nullptr || size_ <= 1) return "";
   const State mine = snapshot();
   // The thread may be in a slow word to a store that is gone: then what it collected last.
-  std::unique_lock<std::mutex> lock(presenceMutex_, std::try_to_lock);
+  std::unique_lock<std::timed_mutex> lock(presenceMutex_, kPresenceWait);
   std::vector<std::string> lines;
   bool fresh = false;
   if (lock.owns_lock()) {
@@ -213,11 +260,58 @@ std::string StallWatch::missing() {
   return absentees(mine, &lines);
 }
 
+std::string StallWatch::firstFailure() {
+  if (presence_ == nullptr || size_ <= 1) return "";
+  // The peer that failed first says so a moment after it failed (its watch thread), and closes
+  // its connections only after that; but a rank two hops away can see a connection close while
+  // the word is still on its way. So look a few times, briefly, before naming nobody.
+  int first = -1;
+  State earliest;
+  const auto giveUp = Clock::now() + kFailureWait;
+  for (bool again = true; again && first < 0;) {
+    std::vector<std::string> lines;
+    bool collected = false;
+    {
+      std::unique_lock<std::timed_mutex> lock(presenceMutex_, kPresenceWait);
+      if (lock.owns_lock()) {
+        try {
+          lines = presence_->collect();
+          collected = true;
+        } catch (const std::exception &) {
+        }
+      }
+    }
+    if (!collected) {
+      std::lock_guard<std::mutex> state(mutex_);
+      lines = lastLines_;
+    }
+    for (int r = 0; r < size_ && r < static_cast<int>(lines.size()); ++r) {
+      State peer;
+      if (r == rank_ || !decode(lines[static_cast<size_t>(r)], &peer) || peer.phase != 'x') continue;
+      if (first < 0 || peer.wallMs < earliest.wallMs) {
+        first = r;
+        earliest = peer;
+      }
+    }
+    again = collected && Clock::now() < giveUp;
+    if (first < 0 && again) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (first < 0) return "";
+  const double before = std::max<int64_t>(0, wallMsNow() - earliest.wallMs) / 1000.0;
+  return "rank " + std::to_string(first) + " failed first, " + seconds(before) +
+         " before this rank: " + earliest.what;
+}
+
+std::string StallWatch::presenceLost() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return presenceLost_;
+}
+
 std::string StallWatch::lostPeer() {
   if (presence_ == nullptr || size_ <= 1) return "";
   std::vector<std::string> lines;
   {
-    std::unique_lock<std::mutex> lock(presenceMutex_, std::try_to_lock);
+    std::unique_lock<std::timed_mutex> lock(presenceMutex_, std::try_to_lock);
     if (!lock.owns_lock()) return "";  // the watch thread is talking: next time
     try {
       lines = presence_->collect();
@@ -243,28 +337,55 @@ void StallWatch::loop() {
   Clock::time_point reported{};
   bool presenceWorks = presence_ != nullptr;
   Clock::time_point woke = Clock::now();
+  reportsSeen_ = stallReportRequests().load();
   for (bool first = true;; first = false) {
-    if (!first) wake_.wait_for(lock, std::chrono::duration<double>(tickS_));
-    if (stop_) return;
+    if (!first && !failurePending_ && !stop_ && !woken_) {
+      wake_.wait_for(lock, std::chrono::duration<double>(tickS_),
+                     [this] { return stop_ || failurePending_ || woken_; });
+    }
+    woken_ = false;
+    // Stopping: only a failure not yet said goes out (the peers name it in their errors).
+    const bool stopping = stop_;
+    if (stopping && !failurePending_) return;
+    const bool failing = failurePending_;
+    failurePending_ = false;
     lock.unlock();
     // A process that was stopped (SIGSTOP) or starved sees every wait as long when it runs
     // again: say so instead of blaming the peers, and give them a warning interval.
     const Clock::time_point now = Clock::now();
     const double gap = std::chrono::duration<double>(now - woke).count();
     woke = now;
-    if (!first && gap > tickS_ + 1.0) {
+    if (!first && !failing && gap > tickS_ + 1.0) {
       HORA_LOG(kWarning) << "rank " << rank_ << " of process set " << set_ << " did not run for "
                          << seconds(gap - tickS_) << " (stopped, e.g. SIGSTOP, or starved of CPU)";
       reported = now;
     }
     const State mine = snapshot();
-    const bool due = warnS_ > 0 && mine.phase != 'i' && mine.forS >= warnS_ &&
-                     std::chrono::duration<double>(now - reported).count() >= warnS_;
+    const uint32_t requests = stallReportRequests().load();
+    const bool asked = !stopping && requests != reportsSeen_;  // SIGUSR1, whatever this rank does
+    reportsSeen_ = requests;
+    const bool due = asked || (!stopping && warnS_ > 0 && mine.phase != 'i' && mine.phase != 'x' &&
+                               mine.forS >= warnS_ &&
+                               std::chrono::duration<double>(now - reported).count() >= warnS_);
     std::string who;
     if (presenceWorks) {
-      std::lock_guard<std::mutex> guard(presenceMutex_);
+      std::lock_guard<std::timed_mutex> guard(presenceMutex_);
       try {
         presence_->publish(encode(mine));
+        if (failing) presence_->declareFailure(std::to_string(rank_) + "\t" + encode(mine));
+        if (!failing && !stopping && mine.phase != 'x' && peerFailed_ && !peerFailureSeen_) {
+          // One look a tick: did another rank of the set stop for a failure?
+          const std::string word = presence_->declaredFailure();
+          const size_t tab = word.find('\t');
+          State peer;
+          if (tab != std::string::npos && decode(word.substr(tab + 1), &peer)) {
+            const int who = std::atoi(word.c_str());
+            if (who != rank_) {
+              peerFailureSeen_ = true;
+              peerFailed_(who, peer.what);
+            }
+          }
+        }
         if (due) {
           std::vector<std::string> lines = presence_->collect();
           who = absentees(mine, &lines);
@@ -272,23 +393,40 @@ void StallWatch::loop() {
           lastLines_ = std::move(lines);
         }
       } catch (const std::exception &e) {
-        presenceWorks = false;  // the channel is gone (the store with rank 0): stay quiet
-        HORA_LOG(kDebug) << "process set " << set_ << ": presence channel lost: " << e.what();
+        // The channel is gone (the store with rank 0, or a store that no longer answers): the
+        // reports say so from now on.
+        presenceWorks = false;
+        const Error *error = dynamic_cast<const Error *>(&e);
+        const std::string why = error != nullptr ? error->message() : e.what();
+        {
+          std::lock_guard<std::mutex> state(mutex_);
+          presenceLost_ = why;
+        }
+        HORA_LOG(kDebug) << "process set " << set_ << ": presence channel lost: " << why;
       }
     }
     if (due) {
       reported = now;
-      const std::string waited = "stall: rank " + std::to_string(rank_) + " of process set " +
-                                 std::to_string(set_) + " has waited " + seconds(mine.forS) + " " +
-                                 doing(mine) + " (HORA_STALL_WARNING_S); ";
+      std::string head = "stall: rank " + std::to_string(rank_) + " of process set " +
+                         std::to_string(set_) + " has waited " + seconds(mine.forS) + " " +
+                         doing(mine) + (asked ? " (SIGUSR1); " : " (HORA_STALL_WARNING_S); ");
+      if (asked && mine.phase == 'i') {
+        head = "stall report (SIGUSR1): rank " + std::to_string(rank_) + " of process set " +
+               std::to_string(set_) + " is " + doing(mine) + " (" + lastDone(mine) + "); ";
+      }
       if (!presenceWorks) {
-        HORA_LOG(kWarning) << waited << "which ranks are missing is unknown (no presence channel: "
-                              "MPI below MPI_THREAD_MULTIPLE, or the store is gone)";
-      } else if (!who.empty()) {  // empty: every rank is in it (a long operation)
-        HORA_LOG(kWarning) << waited << "not taking part: " << who << "; this rank " << lastDone(mine);
+        HORA_LOG(kWarning) << head << "which ranks are missing is unknown: "
+                           << (presence_ == nullptr
+                                   ? std::string("no presence channel (MPI below MPI_THREAD_MULTIPLE)")
+                                   : "the presence channel failed: " + presenceLost());
+      } else if (!who.empty()) {
+        HORA_LOG(kWarning) << head << "not taking part: " << who << "; this rank " << lastDone(mine);
+      } else if (asked) {
+        HORA_LOG(kWarning) << head << "every other rank is where this one is";
       }
     }
     lock.lock();
+    if (stopping) return;
   }
 }
 

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -22,7 +23,11 @@ class StallWatch {
  public:
   // `presence` may be null (the group has no side channel): reports then say only how long this
   // rank has waited. warnS = 0 turns the reports off; missing() still works.
-  StallWatch(int32_t set, int rank, int size, Presence *presence, double warnS, double timeoutS);
+  // `peerFailed(rank, what)`: called once, from the watch's thread, when another rank of the set
+  // declared that it stopped for a failure (failed() there): the set is to stop here too, at
+  // once, rather than when one of its waits runs into the hole. Must not wait for the watch.
+  StallWatch(int32_t set, int rank, int size, Presence *presence, double warnS, double timeoutS,
+             std::function<void(int, const std::string &)> peerFailed = nullptr);
   ~StallWatch();  // stops the thread
   StallWatch(const StallWatch &) = delete;
   StallWatch &operator=(const StallWatch &) = delete;
@@ -32,6 +37,14 @@ class StallWatch {
   void running(const char *op, std::string_view name, int64_t seq);  // the seq-th operation
   void completed(const char *op, std::string_view name, int64_t seq);
   void idle();  // between cycles
+  // The set stopped on this rank for `why` (not a shutdown): said on the presence channel at
+  // once (the thread's next turn, and before the watch is destroyed), so that a peer whose wait
+  // on this rank fails next can name the first failure rather than this rank.
+  void failed(const std::string &why);
+
+  // Any thread: every live watch of this process looks for a SIGUSR1 request at once instead of
+  // at its next tick (the flight recorder's signal thread calls it).
+  static void wakeAll();
 
   // For a timeout's message: "rank 1 (silent for 4.2 s: stopped, hung or dead; last completed
   // allreduce 'grad' #20)", one entry per rank not where this one waits; empty if unknown.
@@ -40,12 +53,19 @@ class StallWatch {
   // peer on the GPU): "rank 1 (pid 4242 on this host) exited" for a peer on this host whose
   // process is gone, else "". Any thread; collects the peers' words (the channel's cost).
   std::string lostPeer();
+  // For a failure's message: "rank 2 failed first, 0.3 s before this rank: lost rank 1 of 4
+  // (pid 123, exited)", the earliest peer that said it failed (failed()), or "".
+  std::string firstFailure();
+  // Why the presence channel stopped working ("the store at ... did not answer ... (the store
+  // is served by rank 0 at ...)"), or "" while it works.
+  std::string presenceLost();
 
   // The wire form of a rank's state (tab-separated), exposed for tests.
   struct State {
     int64_t wallMs = 0;  // when it was said, wall clock (ranks on other hosts: NTP's accuracy)
     int64_t cycle = 0;
-    char phase = 'i';    // 'i' idle, 'n' negotiating, 'r' running an operation, 'f' forming
+    char phase = 'i';    // 'i' idle, 'n' negotiating, 'r' running an operation, 'f' forming,
+                         // 'x' stopped by a failure (what: why)
     int64_t seq = 0;     // the operation running ('r')
     double forS = 0;     // how long in this phase
     std::string what;    // the operation running, "allreduce 'grad'"
@@ -83,11 +103,22 @@ class StallWatch {
   std::string last_;
   Clock::time_point since_ = Clock::now();
   bool stop_ = false;
+  bool failurePending_ = false;  // failed() was called and its word is not out yet
+  const std::function<void(int, const std::string &)> peerFailed_;
+  bool peerFailureSeen_ = false;  // the watch thread's: peerFailed_ was called
+  bool woken_ = false;           // wakeAll(): look at the SIGUSR1 requests now
+  uint32_t reportsSeen_ = 0;     // SIGUSR1 requests answered (stallReportRequests())
+  std::string presenceLost_;     // why the presence channel stopped working (under mutex_)
   std::condition_variable wake_;
 
   std::vector<std::string> lastLines_;  // what the thread collected last (under mutex_)
   std::string host_;  // this host's name, as peers compare it
-  std::mutex presenceMutex_;  // one caller of presence_ at a time (the thread, or missing())
+  // One caller of presence_ at a time (the thread, or a failure's missing()/firstFailure(), which
+  // wait for the thread's word in flight at most kPresenceWait).
+  std::timed_mutex presenceMutex_;
+  static constexpr std::chrono::milliseconds kPresenceWait{1000};
+  // firstFailure() looks this long for a peer's word that it failed (see there).
+  static constexpr std::chrono::milliseconds kFailureWait{400};
   std::thread thread_;
 };
 

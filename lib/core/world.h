@@ -35,6 +35,12 @@ class Presence {
   virtual void publish(const std::string &line) = 0;
   // The latest word of each rank of the group, by group rank ("" where none arrived yet).
   virtual std::vector<std::string> collect() = 0;
+  // The group's first failure: `line` becomes it unless a rank declared one before (the first
+  // declaration wins). Optional: a channel without it declares nothing.
+  virtual void declareFailure(const std::string &line) { (void)line; }
+  // The first failure declared in the group, or "" (none yet, or the channel has no such word).
+  // One cheap look: the watch asks every tick.
+  virtual std::string declaredFailure() { return ""; }
 };
 
 // A set of ranks with its own private channels: the world, or a process set. Negotiation runs
@@ -78,6 +84,10 @@ class Bootstrap {
   // key, then by rank in `parent`. A rank that passes a negative color gets nullptr. Used for the
   // groups a hierarchical collective needs inside a set (its ranks on one host; one rank per host).
   virtual std::unique_ptr<Group> splitGroup(Group &parent, int color, int key) = 0;
+  // The runtime stopped for a failure and is going: keep what the other ranks may still read a
+  // moment longer (the store rank 0 serves holds every rank's last word, which names the first
+  // failure in the peers' errors). Bounded; default: nothing.
+  virtual void lingerAfterFailure() {}
 };
 
 // For Bootstrap::splitGroup: every rank's (color, key), gathered over `parent`'s control plane,

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
@@ -39,6 +40,23 @@ def run(argv, env=None, timeout=120):
 
 def horarun(*args, env=None, timeout=120):
     return run([sys.executable, HORARUN] + list(args), env, timeout)
+
+
+def child_named(parent, name):
+    """The pid of a child process of `parent` whose command is `name`, or None."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry) as f:
+                stat = f.read()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+        if ppid == parent and comm == name:
+            return int(entry)
+    return None
 
 
 class AgentTest(unittest.TestCase):
@@ -178,6 +196,51 @@ class Elastic(AgentTest):
             self.assertRegex(line, r"rank [01] of 2: 20 steps correct, 2 worlds")
         self.assertRegex(proc.stderr, r"worker 2 was killed by signal 9 \(SIGKILL\); the others "
                          r"carry on")
+
+    def test_worker_killed_before_its_world_forms(self):
+        """The agents placed 3 workers in the first world; the third dies before that world has
+        formed (HORA_TEST_AT kills it right after it got its place). Its agent tells the round at
+        once, and the survivors' hora_init gives up on that world and joins the next, of two,
+        within seconds: they used to wait for the dead worker until HORA_TIMEOUT_S (60 s here)."""
+        start = time.monotonic()
+        proc = horarun("-np", "3", "--min-np", "2", SURVIVOR_PROG,
+                       env={"HORA_TEST_AT": "elastic-joined@2:kill", "VICTIM": "99",
+                            "HORA_TIMEOUT_S": "60"})
+        took = time.monotonic() - start
+        self.assertEqual(proc.returncode, 0, self.show(proc))
+        lines = sorted(l for l in proc.stdout.splitlines() if "steps correct" in l)
+        self.assertEqual(len(lines), 2, self.show(proc))
+        for line in lines:
+            self.assertRegex(line, r"rank [01] of 2: 20 steps correct, 1 worlds")
+        self.assertRegex(proc.stderr, r"worker 2 was killed by signal 9 \(SIGKILL\); the others "
+                         r"carry on")
+        self.assertLess(took, scaled(20), "the survivors waited %.1f s" % took)
+
+    def test_store_process_killed_is_named(self):
+        """The hora-store process the agent runs dies while the agent lives: the agent says that
+        its hora-store was killed, not that "its agent is gone"."""
+        env = dict(os.environ, **QUIET)
+        job = subprocess.Popen([sys.executable, HORARUN, "-np", "1", "--min-np", "1", "sh", "-c",
+                                "sleep 60"], env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            store = None
+            deadline = time.monotonic() + scaled(20)
+            while store is None and time.monotonic() < deadline:
+                store = child_named(job.pid, "hora-store")
+                time.sleep(0.05)
+            self.assertIsNotNone(store, "no hora-store under horarun")
+            time.sleep(0.5)
+            os.kill(store, 9)
+            out, err = job.communicate(timeout=scaled(60))
+        finally:
+            if job.poll() is None:
+                os.killpg(job.pid, 9)
+                job.wait()
+        self.assertIn("hora-store (pid %d), which served the job's store here, was killed by "
+                      "signal 9 (SIGKILL)" % store, err)
+        self.assertNotIn("agent is gone", err)
+        self.assertNotEqual(job.returncode, 0)
 
     def test_below_min_np_fails(self):
         proc = horarun("-np", "2", "--min-np", "2", "--rdzv-timeout", "3", SURVIVOR_PROG,

@@ -262,6 +262,13 @@ class RealJobs(unittest.TestCase):
                 os.killpg(job.pid, signal.SIGKILL)
                 job.wait()
         self.assertEqual(len(files), 2, out.decode(errors="replace"))
+        # every rank reports where it is, the idle one too, and rank 0 names the one it waits for
+        # (its coordinator is blocked in a negotiation that rank 1 never joins: it used to print
+        # nothing)
+        printed = out.decode(errors="replace")
+        self.assertRegex(printed, r"stall: rank 0 of process set 0 has waited .* \(SIGUSR1\); "
+                                  r"not taking part: rank 1 \(alive, idle")
+        self.assertIn("stall report (SIGUSR1): rank 1 of process set 0 is idle", printed)
         status, text = self.tool()
         self.assertIn("written because: SIGUSR1", text)
         self.assertIn("allreduce 'grad.fc.weight' (float32, 16.0 KiB) submitted by rank 0; "

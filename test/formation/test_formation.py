@@ -8,10 +8,10 @@
     SharedMemory  a rank killed while the shared segment is set up leaves nothing in /dev/shm,
                   and a segment left by a creator killed mid-setup is removed by the next job
     Stress        4 jobs at once, each forming and tearing down worlds and sets round after round
-                  with HORA_TIMEOUT_S=5: every round forms (tools/formation_stress.sh runs the
-                  long version under every launcher)
+                  with HORA_TIMEOUT_S=5, on every launcher: every round forms (the short run of
+                  tools/formation_stress.py, whose default is the long one)
 
-Usage (meson): test_formation.py HORARUN ROUNDS_PROGRAM
+Usage (meson): test_formation.py HORARUN ROUNDS_PROGRAM STRESS_TOOL BUILDDIR python|nopython
 """
 
 import glob
@@ -20,7 +20,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import unittest
 
@@ -28,8 +27,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "common"))
 from time_scale import scaled  # noqa: E402
 
-HORARUN, ROUNDS = (sys.argv[1:3] + ["", ""])[:2]
-del sys.argv[1:3]
+HORARUN, ROUNDS, STRESS, BUILDDIR, HAVE_PYTHON = (sys.argv[1:6] + [""] * 5)[:5]
+HAVE_PYTHON = HAVE_PYTHON == "python"
+del sys.argv[1:6]
 
 
 class Scratch(unittest.TestCase):
@@ -140,22 +140,21 @@ class SharedMemory(Scratch):
 
 
 class Stress(Scratch):
-    def test_four_jobs_at_once(self):
-        jobs, rounds = 4, 8
-        results = [None] * jobs
-
-        def one(i):
-            env = self.env(HORA_TIMEOUT_S=5)
-            results[i] = self.horarun(2 + i % 2, rounds, env, scaled(240))
-
-        threads = [threading.Thread(target=one, args=(i,)) for i in range(jobs)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        for i, (proc, took) in enumerate(results):
-            self.assertEqual(proc.returncode, 0, "job %d:\n%s" % (i, proc.stdout))
-            self.assertIn("%d rounds ok" % rounds, proc.stdout)
+    def test_four_jobs_at_once_on_every_launcher(self):
+        """tools/formation_stress.py, short: 4 jobs at once of 2 and 3 ranks, 24 rounds on each
+        launcher (horarun, torchrun's variables by hand, hora.run, elastic re-init), beside a busy
+        loop, with HORA_TIMEOUT_S=5 (scaled): every round forms."""
+        launchers = "horarun,env,hora.run,elastic" if HAVE_PYTHON else "horarun,env,elastic"
+        proc = subprocess.run(
+            [sys.executable, STRESS, "--rounds", "24", "--per-job", "6", "--jobs", "4",
+             "--hogs", "1", "--builds", "0", "--timeout", str(scaled(5)), "--builddir", BUILDDIR,
+             "--launchers", launchers],
+            env=self.env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True, timeout=scaled(400), check=False)
+        sys.stderr.write("\n" + proc.stdout)
+        self.assertEqual(proc.returncode, 0, proc.stdout)
+        count = len(launchers.split(","))
+        self.assertIn("%d rounds, 0 failed jobs" % (24 * count), proc.stdout)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,13 @@
 set -euo pipefail
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 runs=${1:-200000}
-work=${2:-$(mktemp -d /tmp/hora-fuzz-XXXXXX)}
+if [ -n "${2:-}" ]; then
+  work=$2
+else
+  # A fresh directory, removed at the end unless the fuzzer found something in it.
+  work=$(mktemp -d /tmp/hora-fuzz-XXXXXX)
+  trap 'if ! ls "$work"/crash-* "$work"/leak-* "$work"/timeout-* >/dev/null 2>&1; then rm -rf "$work"; fi' EXIT
+fi
 mkdir -p "$work"
 cxx=${HORA_FUZZ_CXX:-clang++}
 if ! command -v "$cxx" >/dev/null 2>&1; then
@@ -31,4 +37,4 @@ cd "$work"
 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   ./fuzz_message -runs="$runs" -max_len=4096 -rss_limit_mb=1024 -malloc_limit_mb=256 \
   -seed=1 -print_final_stats=1 corpus 2>&1 | tail -25
-echo "run_fuzz.sh: $runs runs, no failure (work dir $work)"
+echo "run_fuzz.sh: $runs runs, no failure"

@@ -12,6 +12,7 @@ hora-timeline-merge puts the ranks on one clock.
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -88,6 +89,14 @@ def main():
     ap.add_argument("mpiexec_args", nargs="*")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="hora-timeline-")
+    try:
+        check(args, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # nothing left behind in /tmp
+    print("timeline: OK")
+
+
+def check(args, tmp):
     python = "/usr/bin/python3"
 
     if args.mpiexec:
@@ -122,7 +131,6 @@ def main():
                             {"traced.small": 3, "traced.large": 3},
                             ["untraced.before", "untraced.after"])
         print("hora_timeline_start/stop under horarun: OK")
-    print("timeline: OK")
 
 
 if __name__ == "__main__":

@@ -3,8 +3,16 @@
 // (test/flight).
 #include <gtest/gtest.h>
 
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <utime.h>
+
+#include <algorithm>
 #include <cstdio>
+#include <ctime>
 #include <string>
+#include <vector>
 
 #include "core/flight_recorder.h"
 #include "text_files.h"
@@ -88,6 +96,80 @@ TEST(FlightRecorder, DumpsToThisRanksFile) {
 
   FlightRecorder unwritable(16, "/nonexistent-dir/flight.json", FlightOrigin{0, 1, "h"});
   EXPECT_EQ(unwritable.dump("x"), "");  // logged, not thrown
+}
+
+// A directory of its own, removed with what is in it.
+struct ScratchDir {
+  ScratchDir() {
+    char pattern[] = "/tmp/hora-prune-XXXXXX";
+    path = mkdtemp(pattern);
+  }
+  ~ScratchDir() {
+    for (const std::string &f : files()) std::remove((path + "/" + f).c_str());
+    rmdir(path.c_str());
+  }
+  std::vector<std::string> files() const {
+    std::vector<std::string> out;
+    if (DIR *d = opendir(path.c_str())) {
+      while (dirent *e = readdir(d)) {
+        if (e->d_name[0] != '.') out.push_back(e->d_name);
+      }
+      closedir(d);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+  // A file changed `ageS` seconds ago.
+  void touch(const std::string &name, int ageS) const {
+    const std::string full = path + "/" + name;
+    std::FILE *f = std::fopen(full.c_str(), "w");
+    std::fputs("{}", f);
+    std::fclose(f);
+    const time_t when = time(nullptr) - ageS;
+    struct utimbuf times {when, when};
+    utime(full.c_str(), &times);
+  }
+  std::string path;
+};
+
+TEST(FlightRecorder, PruneKeepsTheNewestJobsByTheirNewestFile) {
+  ScratchDir dir;
+  // job "old": two ranks, long ago; "mid": rank 1 recent; "new": one file; a foreign file
+  dir.touch("hora-flight.old.0.json", 500);
+  dir.touch("hora-flight.old.1.json", 400);
+  dir.touch("hora-flight.mid.0.json", 300);
+  dir.touch("hora-flight.mid.1.json", 10);
+  dir.touch("hora-flight.new.0.json", 100);
+  dir.touch("hora-flight.ompi-12.3.4.json", 600);  // job "ompi-12.3", rank 4: oldest
+  dir.touch("notes.txt", 900);
+  dir.touch("hora-flight.bad job.0.json", 900);  // not a job id: left alone
+  const std::string pattern = dir.path + "/hora-flight.{rank}.json";
+  EXPECT_EQ(pruneFlightFiles(pattern, "new", 0), 0u);  // 0: keep all
+  EXPECT_EQ(pruneFlightFiles(pattern, "new", 2), 3u);  // keeps mid (newest file) and new
+  EXPECT_EQ(dir.files(), (std::vector<std::string>{"hora-flight.bad job.0.json",
+                                                   "hora-flight.mid.0.json",
+                                                   "hora-flight.mid.1.json",
+                                                   "hora-flight.new.0.json", "notes.txt"}));
+  // The current job is kept even when its files are the oldest.
+  dir.touch("hora-flight.new.0.json", 1000);
+  EXPECT_EQ(pruneFlightFiles(pattern, "new", 1), 2u);
+  EXPECT_EQ(dir.files(), (std::vector<std::string>{"hora-flight.bad job.0.json",
+                                                   "hora-flight.new.0.json", "notes.txt"}));
+  // A pattern without both {job} and {rank} in the name prunes nothing.
+  EXPECT_EQ(pruneFlightFiles(dir.path + "/{rank}/flight.json", "new", 1), 0u);
+}
+
+TEST(FlightRecorder, WritingAFileRemovesOlderJobs) {
+  ScratchDir dir;
+  for (int j = 0; j < 5; ++j) dir.touch("flight.job" + std::to_string(j) + ".0.json", 100 + j);
+  FlightOrigin origin{0, 2, "h"};
+  origin.job = "current";
+  FlightRecorder fr(16, dir.path + "/flight.{rank}.json", origin, /*keepJobs=*/3);
+  ASSERT_FALSE(fr.dump("a test").empty());
+  // this job's file and those of the two jobs with the newest files (job0, job1: oldest ages
+  // are the smallest numbers)
+  EXPECT_EQ(dir.files(), (std::vector<std::string>{"flight.current.0.json", "flight.job0.0.json",
+                                                   "flight.job1.0.json"}));
 }
 
 TEST(FlightRecorder, OffRecordsNothing) {

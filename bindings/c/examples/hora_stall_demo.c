@@ -11,9 +11,11 @@
 #include <string.h>
 #include <time.h>
 
+/* The whole time, even if a signal (SIGUSR1 for a stall report) interrupts the sleep. */
 static void pause_ms(long ms) {
   struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
-  nanosleep(&t, NULL);
+  while (nanosleep(&t, &t) != 0) {
+  }
 }
 
 static hora_status_t submit(const char *name, float *data, int64_t *shape, hora_reduce_op_t op,

@@ -7,6 +7,7 @@
 
 #include <hora/hora.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -62,6 +63,16 @@ Exported exportTensor(const py::handle &obj, const char *role) {
   return {std::move(capsule), &managed->dl_tensor};
 }
 
+// Threads of this process inside a blocking hora call (a wait, a barrier, hora_init...): what
+// hora.run's parent reads, through each rank's watcher thread, to tell a rank that hung in its
+// own code from the ranks that wait in hora for it.
+std::atomic<int> gBlocked{0};
+
+struct Blocked {
+  Blocked() { gBlocked.fetch_add(1, std::memory_order_relaxed); }
+  ~Blocked() { gBlocked.fetch_sub(1, std::memory_order_relaxed); }
+};
+
 // Runs a blocking C call with the GIL released (other Python threads, a framework's data loaders
 // and hooks, run meanwhile) and raises its error.
 template <typename Call>
@@ -69,6 +80,7 @@ void callBlocking(const char *what, Call &&call) {
   hora_status_t status;
   std::string why;
   {
+    Blocked blocked;
     py::gil_scoped_release unlocked;
     status = call();
     if (status != HORA_SUCCESS) why = hora_last_error();
@@ -242,6 +254,7 @@ class Request {
   // Blocks with the GIL released; raises the op's error, every time it is called.
   void wait() {
     if (!finished_) {
+      Blocked blocked;
       py::gil_scoped_release unlocked;
       status_ = hora_wait(box_->request);
       if (status_ != HORA_SUCCESS) why_ = hora_last_error();
@@ -382,6 +395,8 @@ PYBIND11_MODULE(_hora, m) {
   m.def("init", [] { callBlocking("hora_init", [] { return hora_init(); }); });
   m.def("shutdown", [] { callBlocking("hora_shutdown", [] { return hora_shutdown(); }); });
   m.def("is_initialized", [] { return hora_is_initialized() != 0; });
+  m.def("_blocked_calls", [] { return gBlocked.load(std::memory_order_relaxed); },
+        "threads of this process inside a blocking hora call (for hora.run's timeout message)");
   m.def("elastic_world_changed", [] {
     const int changed = hora_elastic_world_changed();
     if (changed < 0) raiseStatus(HORA_ERR_PEER_LOST, hora_last_error(), "hora_elastic_world_changed");

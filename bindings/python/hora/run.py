@@ -17,6 +17,7 @@ which fork does not copy).
 """
 
 import ctypes
+import mmap
 import os
 import pickle
 import secrets
@@ -24,6 +25,7 @@ import selectors
 import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 
@@ -96,7 +98,18 @@ def _one_thread(extra):
         torch.set_num_threads(int(threads))
 
 
-def _child(fn, args, kwargs, rank, size, port, token, extra, write_fd, parent):
+def _report_waits(board, rank):
+    """A rank's daemon thread: board[rank] is 1 while a thread of the rank is inside a blocking
+    hora call (waiting for the other ranks), else 0; the parent reads the board when the timeout
+    runs out, to name the rank that hung rather than those waiting for it."""
+    while True:
+        hora_module = sys.modules.get("hora._hora")
+        waiting = hora_module is not None and hora_module._blocked_calls() > 0
+        board[rank] = 1 if waiting else 0
+        time.sleep(0.1)
+
+
+def _child(fn, args, kwargs, rank, size, port, token, extra, write_fd, parent, board):
     """The rank's whole life; never returns."""
     code = 1
     try:
@@ -105,6 +118,8 @@ def _child(fn, args, kwargs, rank, size, port, token, extra, write_fd, parent):
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         _rank_environment(rank, size, port, token, extra)
         _one_thread(extra)
+        threading.Thread(target=_report_waits, args=(board, rank), daemon=True,
+                         name="hora.run waits").start()
         try:
             payload = pickle.dumps(("ok", fn(*args, **kwargs)), protocol=pickle.HIGHEST_PROTOCOL)
             code = 0
@@ -211,6 +226,7 @@ def run(func, args=(), kwargs=None, num_proc=None, np=None, env=None, timeout=No
     live = {}  # rank -> pid of a child not reaped yet
     readers = {}  # read end of a rank's result pipe -> rank
     selector = selectors.DefaultSelector()
+    board = mmap.mmap(-1, size)  # shared with the ranks: 1 while rank r waits in hora
     try:
         for rank in range(size):
             read_fd, write_fd = os.pipe()
@@ -219,7 +235,7 @@ def run(func, args=(), kwargs=None, num_proc=None, np=None, env=None, timeout=No
                 os.close(read_fd)
                 for fd in readers:
                     os.close(fd)
-                _child(func, args, kwargs, rank, size, port, token, extra, write_fd, parent)
+                _child(func, args, kwargs, rank, size, port, token, extra, write_fd, parent, board)
             os.close(write_fd)
             try:
                 os.setpgid(pid, pid)  # as the child does: no window where it has none
@@ -229,7 +245,7 @@ def run(func, args=(), kwargs=None, num_proc=None, np=None, env=None, timeout=No
             readers[read_fd] = rank
             os.set_blocking(read_fd, False)
             selector.register(read_fd, selectors.EVENT_READ)
-        return _collect(size, live, readers, selector, timeout)
+        return _collect(size, live, readers, selector, timeout, board)
     finally:
         # success, a failed rank, a timeout or our own interruption (Ctrl-C): none is left
         _stop(live)
@@ -239,7 +255,7 @@ def run(func, args=(), kwargs=None, num_proc=None, np=None, env=None, timeout=No
         selector.close()
 
 
-def _collect(size, live, readers, selector, timeout):
+def _collect(size, live, readers, selector, timeout, board):
     """Reads every rank's result; raises for the first rank that fails."""
     deadline = None if timeout is None else time.monotonic() + timeout
     data = {rank: bytearray() for rank in range(size)}
@@ -272,11 +288,22 @@ def _collect(size, live, readers, selector, timeout):
                 _fail(rank, size, ("lost", None, None), live, statuses)
         if deadline is not None and now >= deadline and len(results) < size:
             missing = [r for r in range(size) if r not in results]
+            # Ranks waiting inside hora wait for the others; those that are not are where the
+            # job hung (in their own code, or stopped).
+            waiting = [r for r in missing if board[r] == 1]
+            hung = [r for r in missing if board[r] != 1]
             _stop(live)
+            if waiting and hung:
+                raise RunTimeoutError(
+                    "hora.run: the timeout (%s s) ran out: rank%s %s never returned and %s not "
+                    "in a hora call (hung in its own code, or stopped); rank%s %s waited in hora "
+                    "for %s; every rank was stopped"
+                    % (timeout, _s(hung), _ranks(hung), "was" if len(hung) == 1 else "were",
+                       _s(waiting), _ranks(waiting), "it" if len(hung) == 1 else "them"),
+                    rank=hung[0])
             raise RunTimeoutError("hora.run: the timeout (%s s) ran out before rank%s %s "
                                   "returned; every rank was stopped"
-                                  % (timeout, "s" if len(missing) > 1 else "",
-                                     ", ".join(map(str, missing))), rank=missing[0])
+                                  % (timeout, _s(missing), _ranks(missing)), rank=missing[0])
     # every result is in: the ranks shut hora down and exit
     end = time.monotonic() + _EXIT_WAIT_S
     while live and time.monotonic() < end:
@@ -285,6 +312,14 @@ def _collect(size, live, readers, selector, timeout):
                 del live[rank]
         time.sleep(0.01)
     return [results[rank] for rank in range(size)]
+
+
+def _s(ranks):
+    return "s" if len(ranks) > 1 else ""
+
+
+def _ranks(ranks):
+    return ", ".join(map(str, ranks))
 
 
 def _decode(rank, payload):

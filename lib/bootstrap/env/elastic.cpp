@@ -89,7 +89,7 @@ void enterElasticWorld(const std::shared_ptr<TcpStoreClient> &store, const std::
   Current &c = current();
   std::lock_guard<std::mutex> lock(c.mutex);
   c.world = store;
-  c.own.reset();
+  c.own = store;  // a connection nothing else waits on: the checks use it as it is
   c.key = updateKey;
 }
 
@@ -101,6 +101,8 @@ void leaveElasticWorld(const std::string &updateKey) {
   c.own.reset();
   c.key.clear();
 }
+
+bool takeElasticFormationAbandoned() { return TcpStoreClient::takeAbandoned(); }
 
 int elasticWorldChanged() {
   Current &c = current();

@@ -36,8 +36,9 @@ ElasticPlace joinElasticWorld(TcpStoreClient &store, const std::string &prefix, 
 std::string elasticUpdateKey(const std::string &prefix, uint64_t world);
 
 // Process-wide: the elastic world this process is in now (set by the env bootstrap once it
-// joined, cleared when that world ends: an earlier world may end after the next one began, so
-// leaving names the world), and whether the agents want a new one.
+// has its place, before the world forms; cleared when that world ends: an earlier world may end
+// after the next one began, so leaving names the world), and whether the agents want a new one.
+// `store`: a connection of its own (no long waits on it), kept for the checks.
 void enterElasticWorld(const std::shared_ptr<TcpStoreClient> &store, const std::string &updateKey);
 void leaveElasticWorld(const std::string &updateKey);
 // elasticWorldChanged() (declared in bootstrap/bootstrap.h for the API) asks the store of the

@@ -9,8 +9,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <mutex>
+#include <thread>
 
 #include "base/error.h"
+#include "base/test_points.h"
 #include "bootstrap/env/elastic.h"
 #include "bootstrap/env/rendezvous.h"
 #include "hora_config.h"
@@ -25,38 +29,81 @@ namespace {
 // never meet the previous one's (every rank starts the same number of runtimes).
 std::atomic<uint64_t> gEpochs{0};
 
-// Presence through the store: each rank's latest word is the key `prefix`<rank>.
+// Presence through the store: each rank's latest word is the key `prefix`<rank>. `store` is a
+// connection of the process's own for presence, whose answers are awaited briefly (see
+// EnvWorld::presenceStore): a store that stops answering (its process stopped) ends the channel
+// in seconds, and the stall reports say so, instead of holding the watch for HORA_TIMEOUT_S.
 class StorePresence final : public Presence {
  public:
-  StorePresence(std::shared_ptr<TcpStoreClient> store, std::string prefix, int rank, int size)
-      : store_(std::move(store)), prefix_(std::move(prefix)), rank_(rank), size_(size) {}
-  void publish(const std::string &line) override { store_->set(key(rank_), line); }
+  StorePresence(std::shared_ptr<TcpStoreClient> store, std::string prefix, int rank, int size,
+                std::string server)
+      : store_(std::move(store)), prefix_(std::move(prefix)), rank_(rank), size_(size),
+        server_(std::move(server)) {}
+  void publish(const std::string &line) override {
+    guarded([&] { store_->set(key(rank_), line); });
+  }
   std::vector<std::string> collect() override {
     std::vector<std::string> latest(static_cast<size_t>(size_));
-    for (int r = 0; r < size_; ++r) {
-      if (r != rank_ && store_->check({key(r)})) latest[static_cast<size_t>(r)] = store_->get(key(r));
-    }
+    guarded([&] {
+      for (int r = 0; r < size_; ++r) {
+        if (r != rank_ && store_->check({key(r)})) latest[static_cast<size_t>(r)] = store_->get(key(r));
+      }
+    });
     return latest;
+  }
+  // The first to count itself in "failures" writes "failed"; the others' words stay their own.
+  void declareFailure(const std::string &line) override {
+    guarded([&] {
+      if (store_->add(prefix_ + "failures", 1) == 1) store_->set(prefix_ + "failed", line);
+    });
+  }
+  std::string declaredFailure() override {
+    std::string word;
+    guarded([&] {
+      if (store_->check({prefix_ + "failed"})) word = store_->get(prefix_ + "failed");
+    });
+    return word;
   }
 
  private:
   std::string key(int rank) const { return prefix_ + std::to_string(rank); }
+  // The store's error, saying who serves it: the process to look at when it stops answering.
+  template <typename F>
+  void guarded(F &&body) {
+    try {
+      body();
+    } catch (const Error &e) {
+      throw Error(e.status(), e.message() + " (the store is served by " + server_ + ")", __FILE__,
+                  __LINE__);
+    }
+  }
   std::shared_ptr<TcpStoreClient> store_;
   std::string prefix_;
   int rank_;
   int size_;
+  std::string server_;
 };
 
-// A group over the store: Gloo's TCP mesh, rendezvoused under `prefix`.
+// How long a presence word waits for the store's answer (at most HORA_TIMEOUT_S).
+constexpr double kPresenceAnswerS = 5.0;
+// How long a failed runtime's rank 0 keeps serving the store before it closes it (see
+// lingerAfterFailure).
+constexpr int kLingerMs = 1000;
+
+// A group over the store: Gloo's TCP mesh, rendezvoused under `prefix`; its presence channel
+// on `presence`, a connection of its own (server: who serves the store, for messages).
 std::unique_ptr<Group> createStoreGroup(std::shared_ptr<TcpStoreClient> store,
-                                        const std::string &prefix, int rank, int size,
-                                        const std::string &localAddress, double timeoutS) {
+                                        std::shared_ptr<TcpStoreClient> presence,
+                                        const std::string &server, const std::string &prefix,
+                                        int rank, int size, const std::string &localAddress,
+                                        double timeoutS) {
 #if HORA_HAVE_GLOO
-  auto presence = std::make_unique<StorePresence>(store, prefix + "beat/", rank, size);
+  auto words = std::make_unique<StorePresence>(std::move(presence), prefix + "beat/", rank, size, server);
   return std::make_unique<GlooGroup>(store, prefix, rank, size, localAddress, timeoutS,
-                                     std::move(presence));
+                                     std::move(words));
 #else
-  (void)store, (void)prefix, (void)rank, (void)localAddress, (void)timeoutS;
+  (void)store, (void)presence, (void)server, (void)prefix, (void)rank, (void)localAddress,
+      (void)timeoutS;
   if (size == 1) return nullptr;
   HORA_THROW(HORA_ERR_UNSUPPORTED, "a world formed by env:// or Slurm needs the Gloo transport, "
              "and this build has no Gloo (meson option gloo; Debian package libgloo-dev)");
@@ -73,18 +120,25 @@ class EnvWorld final : public Bootstrap {
       rv_ = rendezvous(config, knobs.timeoutS, gEpochs++);
     }
     localAddress_ = routeAddressTo(config.masterAddr, config.masterPort);
+    server_ = config.agentStore ? "horarun's agent at " + rv_.address
+                                : "rank 0 at " + rv_.address + " (host " +
+                                      (rv_.hosts.empty() ? std::string("?") : rv_.hosts[0]) + ")";
   }
   ~EnvWorld() override {
     if (!elasticKey_.empty()) leaveElasticWorld(elasticKey_);
   }
 
   const char *launcher() const override { return launcher_; }
+  // The peers that fail a moment after this rank read its last word from this rank's store.
+  void lingerAfterFailure() override {
+    if (rv_.server) std::this_thread::sleep_for(std::chrono::milliseconds(kLingerMs));
+  }
   const Topology &topology() const override { return rv_.topology; }
   std::string rendezvousPoint() const override { return "store " + rv_.address; }
 
   std::unique_ptr<Group> worldGroup() override {
-    return createStoreGroup(rv_.store, rv_.prefix + "world/", rv_.topology.rank,
-                            rv_.topology.size, localAddress_, timeoutS_);
+    return createStoreGroup(rv_.store, presenceStore(), server_, rv_.prefix + "world/",
+                            rv_.topology.rank, rv_.topology.size, localAddress_, timeoutS_);
   }
 
   std::unique_ptr<Group> createGroup(Group &, const std::vector<int> &ranks) override {
@@ -92,7 +146,8 @@ class EnvWorld final : public Bootstrap {
     const uint64_t n = sets_++;
     auto it = std::find(ranks.begin(), ranks.end(), rv_.topology.rank);
     if (it == ranks.end()) return nullptr;
-    return createStoreGroup(rv_.store, rv_.prefix + "set" + std::to_string(n) + "/",
+    return createStoreGroup(rv_.store, presenceStore(), server_,
+                            rv_.prefix + "set" + std::to_string(n) + "/",
                             static_cast<int>(it - ranks.begin()), static_cast<int>(ranks.size()),
                             localAddress_, timeoutS_);
   }
@@ -108,30 +163,49 @@ class EnvWorld final : public Bootstrap {
     control.broadcastFromRoot(name);
     const SplitPlace place = splitPlace(control, color, key);
     if (color < 0) return nullptr;
-    return createStoreGroup(rv_.store->reconnect(), rv_.prefix + name + "/" + std::to_string(color) + "/",
-                            place.rank, place.size, localAddress_, timeoutS_);
+    return createStoreGroup(rv_.store->reconnect(), presenceStore(), server_,
+                            rv_.prefix + name + "/" + std::to_string(color) + "/", place.rank,
+                            place.size, localAddress_, timeoutS_);
   }
 
  private:
+  // The process's one connection for every group's presence words, made at first use: answers
+  // awaited kPresenceAnswerS at most.
+  std::shared_ptr<TcpStoreClient> presenceStore() {
+    std::lock_guard<std::mutex> lock(presenceMutex_);
+    if (!presence_) presence_ = rv_.store->reconnect(std::min(timeoutS_, kPresenceAnswerS));
+    return presence_;
+  }
+
   // The agents say which world this worker is in and its rank there; the world then meets under
   // that world's keys, as any env:// world (each world is formed once, so no epoch is needed).
+  // The world's update key is watched from the moment this worker has its place: the agents
+  // set it when a member dies before the world has formed (or a newer world is wanted), and every
+  // wait of the formation (the rendezvous, the mesh's addresses, its barriers) then ends at once;
+  // hora_init joins the next world (hora_api.cpp).
   void formElastic(LaunchConfig config) {
     const StoreSecurity security = storeSecurityFromEnvironment();
-    TcpStoreClient agents(config.masterAddr, config.masterPort, timeoutS_, StoreClientOptions{security.token, ""});
-    const ElasticPlace place = joinElasticWorld(agents, config.storePrefix, config.elasticId, timeoutS_);
+    auto agents = std::make_shared<TcpStoreClient>(config.masterAddr, config.masterPort, timeoutS_,
+                                                   StoreClientOptions{security.token, ""});
+    const ElasticPlace place = joinElasticWorld(*agents, config.storePrefix, config.elasticId, timeoutS_);
     const std::string base = config.storePrefix;
+    elasticKey_ = elasticUpdateKey(base, place.world);
+    enterElasticWorld(agents, elasticKey_);  // this connection answers elasticWorldChanged()
+    testPoint("elastic-joined", place.rank);
     config.rank = place.rank;
     config.worldSize = place.size;
     config.storePrefix = base + "w" + std::to_string(place.world) + "/";
+    config.abandonKey = elasticKey_;
     rv_ = rendezvous(config, timeoutS_, 0, "", security);
-    elasticKey_ = elasticUpdateKey(base, place.world);
-    enterElasticWorld(rv_.store, elasticKey_);
   }
 
   const char *launcher_;
   double timeoutS_;
   std::string elasticKey_;  // this elastic world's update key; empty outside elastic jobs
   Rendezvous rv_;
+  std::string server_;  // who serves the store, for messages: "rank 0 (host a, pid 12)"
+  std::mutex presenceMutex_;  // guards presence_ (groups form on several sets' threads)
+  std::shared_ptr<TcpStoreClient> presence_;
   std::string localAddress_;
   uint64_t sets_ = 0;
   std::atomic<uint64_t> splits_{0};  // splits this rank named as some parent's rank 0 (any set's thread)

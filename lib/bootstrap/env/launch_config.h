@@ -25,6 +25,9 @@ struct LaunchConfig {
   // world under storePrefix, as elasticId (HORA_ELASTIC_ID). See bootstrap/env/elastic.h.
   bool elastic = false;
   std::string elasticId;
+  // An elastic world's update key (see elastic.h), set by the env bootstrap for the rendezvous
+  // of each world it joins: the waits of forming that world end when the agents give up on it.
+  std::string abandonKey;
 };
 
 // The value of an environment variable, or nullptr when unset (std::getenv, or a map in tests).

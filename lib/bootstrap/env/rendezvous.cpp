@@ -520,6 +520,7 @@ Rendezvous rendezvous(const LaunchConfig &config, double timeoutS, uint64_t epoc
   if (config.rank == 0 && !config.agentStore) rv.server = storeServerFor(config, timeoutS, p, security);
   rv.store = std::make_shared<TcpStoreClient>(config.masterAddr, config.masterPort, timeoutS,
                                               StoreClientOptions{security.token, p});
+  if (!config.abandonKey.empty()) rv.store->setAbandonKey(config.abandonKey);
   TcpStoreClient &store = *rv.store;
 
   Claim me;

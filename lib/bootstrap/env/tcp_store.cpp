@@ -1021,8 +1021,10 @@ int msUntil(Clock::time_point deadline) {
 
 }  // namespace
 
-std::shared_ptr<TcpStoreClient> TcpStoreClient::reconnect() const {
-  return std::make_shared<TcpStoreClient>(host_, port_, timeoutS_, options_);
+std::shared_ptr<TcpStoreClient> TcpStoreClient::reconnect() const { return reconnect(timeoutS_); }
+
+std::shared_ptr<TcpStoreClient> TcpStoreClient::reconnect(double timeoutS) const {
+  return std::make_shared<TcpStoreClient>(host_, port_, timeoutS, options_);
 }
 
 TcpStoreClient::TcpStoreClient(const std::string &host, int port, double timeoutS,
@@ -1269,8 +1271,33 @@ void TcpStoreClient::set(const std::string &key, const std::string &value) {
   request(kSet, {&key, &value}, 0);
 }
 
+namespace {
+std::atomic<bool> gAbandoned{false};  // see TcpStoreClient::takeAbandoned
+}  // namespace
+
+bool TcpStoreClient::takeAbandoned() { return gAbandoned.exchange(false); }
+
+TcpStoreClient::Reply TcpStoreClient::waitingRequest(uint8_t command,
+                                                     const std::vector<const std::string *> &args,
+                                                     double waitS) {
+  if (abandonKey_.empty()) return request(command, args, waitS);
+  const Clock::time_point deadline = deadlineAfter(std::max(waitS, 0.0));
+  for (;;) {
+    const double left = std::max(0.0, std::chrono::duration<double>(deadline - Clock::now()).count());
+    const double slice = std::min(left, kAbandonSliceS);
+    Reply r = request(command, args, slice);
+    if (r.status != kTimedOut || slice >= left) return r;
+    if (request(kCheck, {&abandonKey_}, 0).payload == std::string(1, '\1')) {
+      const std::string why = request(kGet, {&abandonKey_}, 0).payload;
+      gAbandoned = true;
+      HORA_THROW(HORA_ERR_PEER_LOST, "horarun's agents gave up on the world this rank was forming (",
+                 why, ") and form another");
+    }
+  }
+}
+
 std::string TcpStoreClient::get(const std::string &key) {
-  Reply r = request(kGet, {&key}, timeoutS_);
+  Reply r = waitingRequest(kGet, {&key}, timeoutS_);
   if (r.status == kTimedOut) {
     HORA_THROW(HORA_ERR_TIMEOUT, "timed out after ", seconds(timeoutS_), " s waiting for key ",
                quoteKey(key), " in the store at ", address_);
@@ -1301,7 +1328,7 @@ void TcpStoreClient::wait(const std::vector<std::string> &keys, double timeoutS)
   if (keys.empty()) return;
   std::vector<const std::string *> args;
   for (const std::string &k : keys) args.push_back(&k);
-  const Reply r = request(kWait, args, timeoutS);
+  const Reply r = waitingRequest(kWait, args, timeoutS);
   if (r.status == kTimedOut) {
     if (keys.size() == 1) {
       HORA_THROW(HORA_ERR_TIMEOUT, "timed out after ", seconds(timeoutS), " s waiting for key ",

@@ -78,6 +78,8 @@ class TcpStoreClient {
   // thread that waits on keys holds its connection for the wait, so threads whose waits depend on
   // each other's progress (process sets forming groups at once) need one each.
   std::shared_ptr<TcpStoreClient> reconnect() const;
+  // The same with another timeout (connecting, and waiting for each answer).
+  std::shared_ptr<TcpStoreClient> reconnect(double timeoutS) const;
 
   void set(const std::string &key, const std::string &value);
   // Blocks until the key exists; Error(HORA_ERR_TIMEOUT) naming the key after timeoutS.
@@ -91,6 +93,14 @@ class TcpStoreClient {
   void wait(const std::vector<std::string> &keys, double timeoutS);
 
   double timeoutS() const { return timeoutS_; }
+  // While `key` is set in the store (an elastic world's "update": horarun's agents form another
+  // one), every get and wait of this connection ends within kAbandonSliceS with
+  // Error(HORA_ERR_PEER_LOST) quoting the key's value, instead of waiting out its timeout for
+  // ranks that will never come. "" (the default): waits are not sliced.
+  void setAbandonKey(std::string key) { abandonKey_ = std::move(key); }
+  // Process-wide: whether a wait ended that way since the last call (resets it).
+  static bool takeAbandoned();
+  static constexpr double kAbandonSliceS = 0.25;
   // The job token this client proved (""= none); groups formed over the store prove it too.
   const std::string &token() const { return options_.token; }
   // "host:port" as given (IPv6 literals in brackets), for messages.
@@ -101,6 +111,8 @@ class TcpStoreClient {
   // Sends one request and reads its reply under mutex_. waitS > 0 is the server-side wait of
   // get/wait; the reply is then awaited a little longer than that.
   Reply request(uint8_t command, const std::vector<const std::string *> &args, double waitS);
+  // request() of a get or wait, in slices that look for abandonKey_ between them.
+  Reply waitingRequest(uint8_t command, const std::vector<const std::string *> &args, double waitS);
   [[noreturn]] void fail(int status, const std::string &why);
   // The handshake on a fresh connection (fd_): 0 = done, 1 = try again later (*why set);
   // throws when the store and this client disagree on the token.
@@ -122,6 +134,7 @@ class TcpStoreClient {
   // (for the message if it never lets us in).
   bool full_ = false;
   bool closedInHandshake_ = false;
+  std::string abandonKey_;  // see setAbandonKey
 };
 
 // "host:port", with an IPv6 literal in brackets.

@@ -53,9 +53,10 @@ def base_env(extra):
 class Job:
     """One job of fault_rank under a launcher; its ranks' stderr lines, merged."""
 
-    def __init__(self, launcher, extra_env, tmp):
+    def __init__(self, launcher, extra_env, tmp, victim=VICTIM):
         self.tmp = tmp
-        env = base_env(dict(extra_env, PID_DIR=tmp, VICTIM=str(VICTIM)))
+        env = base_env(dict(extra_env, PID_DIR=tmp, VICTIM=str(victim),
+                            HORA_FLIGHT_RECORDER=os.path.join(tmp, "flight.{rank}.json")))
         self.out_path = os.path.join(tmp, "out.txt")
         out = open(self.out_path, "wb")
         self.procs = []
@@ -203,6 +204,32 @@ class Planes(unittest.TestCase):
         self.check_no_wrong_data(job)
         sys.stderr.write("\n  %s, kill: job over %.1f s after its start ... " % (name, took))
         return job, took
+
+
+class StoreHost(unittest.TestCase):
+    """env:// by hand, rank 0 (which serves the store) stopped: the ranks left waiting still
+    report the stall, saying that the store does not answer and who serves it (they used to
+    print nothing: their watch waited on the store for HORA_TIMEOUT_S), then time out."""
+
+    def test_store_host_stopped(self):
+        if GROUP != "env":
+            self.skipTest("env:// only")
+        tmp = tempfile.mkdtemp(prefix="hora-faults-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        job = Job("env", {"HORA_SHM": "off", "HOW": "stop", "HOLD_S": "0",
+                          "HORA_TIMEOUT_S": str(scaled(14)), "HORA_STALL_WARNING_S": "1"},
+                  tmp, victim=0)
+        self.addCleanup(job.kill)
+        stall = job.wait_for(r"stall: rank \d of process set 0 has waited .*the presence channel "
+                             r"failed: .*served by rank 0", scaled(30))
+        self.assertIsNotNone(stall, "no stall report about the store:\n" + job.text())
+        t_stall = time.monotonic() - job.started
+        error = job.wait_for(LINE + r"rank [12]: step \d+: (timeout|peer lost): (.*)$", scaled(30))
+        self.assertIsNotNone(error, "no error:\n" + job.text())
+        self.assertRegex(error.group(2), r"rank 0\b", "the error does not name rank 0")
+        sys.stderr.write("\n  store host stopped: stall report at %.1f s, first error at %.1f s ... "
+                         % (t_stall, time.monotonic() - job.started))
+        self.check_no_wrong_data = None
 
 
 def make_tests():

@@ -18,7 +18,7 @@ import unittest
 
 STORE_RANK = os.path.abspath(sys.argv[1])
 HORARUN = os.path.abspath(sys.argv[2])
-HORA_STORE = os.path.abspath(sys.argv[3])
+STORE_TOOL = os.path.abspath(sys.argv[3])
 SCALE = float(os.environ.get("HORA_TEST_TIME_SCALE", "1"))
 
 
@@ -407,7 +407,7 @@ class StoreFaults(unittest.TestCase):
         lines (bad frames after the handshake): it drops log lines rather than block, and goes
         on serving (it used to stop in write(2) after about 500 lines)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("HORA_")}
-        store = subprocess.Popen([HORA_STORE, "--host", "127.0.0.1", "--port", "0"], env=env,
+        store = subprocess.Popen([STORE_TOOL, "--host", "127.0.0.1", "--port", "0"], env=env,
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, start_new_session=True)
         self.procs.append(store)

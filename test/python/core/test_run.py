@@ -110,6 +110,26 @@ def test_timeout():
     assert "rank 1" in str(info.value)
 
 
+def _one_rank_hangs():
+    import hora as h
+    h.init()
+    if h.rank() == 2:
+        time.sleep(60)  # never reaches the allreduce the others wait in
+    h.allreduce(np.ones(4, np.float32), name="x")
+    return h.rank()
+
+
+def test_timeout_names_the_rank_that_hung():
+    """Ranks 0 and 1 wait in an allreduce for rank 2, which sleeps in its own code: the timeout
+    names rank 2 as the one that hung, not every rank (the others are waiting in hora for it)."""
+    with pytest.raises(hora.RunTimeoutError) as info:
+        hora.run(_one_rank_hangs, np=3, env=QUIET, timeout=harness.scaled(4))
+    text = str(info.value)
+    assert info.value.rank == 2, text
+    assert "rank 2 never returned and was not in a hora call" in text, text
+    assert "ranks 0, 1 waited in hora for it" in text, text
+
+
 def test_arguments():
     with pytest.raises(ValueError):
         hora.run(lambda: 1, np=0)

@@ -86,3 +86,18 @@ def test_rank_before_init():
         with pytest.raises(hora.NotInitializedError):
             call()
     assert hora.rank() == -1 and hora.size() == -1  # the core API's documented answer
+
+
+def test_distributed_optimizer_before_init():
+    """Wrapped before hvd.init(), the optimizer would have every rank train alone with no
+    error: it raises Horovod's ValueError instead, naming what to do."""
+    import torch
+    import hora
+    import hora.torch as hvd
+    assert not hora.is_initialized()
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(ValueError, match=r"not been initialized; call hvd\.init\(\) before"):
+        hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+    with pytest.raises(hora.NotInitializedError):
+        hvd.DistributedOptimizer(optimizer)

@@ -34,11 +34,14 @@ std::string where(const char *what) { return std::string("hora backend: ") + wha
 // torch op in front, as the two differ (reduce_scatter runs hora's reducescatter, barrier an
 // allreduce, ...). hora_last_error is per thread and lasts until the next hora call: call this
 // right after the failed one.
-StatusError horaError(hora_status_t status, const char *what) {
+StatusError horaError(hora_status_t status, const char *what, const std::string &signature = "") {
   const char *why = hora_last_error();
-  return StatusError(status, where(what) + (why != nullptr && why[0] != '\0'
-                                                ? std::string(why)
-                                                : std::string(hora_status_string(status))));
+  const std::string head = signature.empty()
+                               ? where(what)
+                               : std::string("hora backend: ") + what + " (" + signature + "): ";
+  return StatusError(status, head + (why != nullptr && why[0] != '\0'
+                                         ? std::string(why)
+                                         : std::string(hora_status_string(status))));
 }
 
 const char *dtypeName(at::ScalarType t) { return c10::toString(t); }
@@ -492,7 +495,8 @@ void ProcessGroupHora::watch(const std::shared_ptr<Shared> &shared) {
         std::exception_ptr error;
         std::string why;
         if (status != HORA_SUCCESS) {
-          const StatusError e = horaError(status, front.what);
+          // hora's message names its request; the tensors' signature says which call it was.
+          const StatusError e = horaError(status, front.what, front.signature);
           error = std::make_exception_ptr(e);
           why = e.what();
         }

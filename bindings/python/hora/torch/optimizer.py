@@ -88,6 +88,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._grad_accs = []  # keeps the accumulators (and so the hooks) alive
         self._synchronized = False
         self._should_synchronize = True
+        # Before init() every rank would be outside every set and train alone, silently:
+        # Horovod raises here (its size() does), and so does this.
+        if not hora.is_initialized():
+            raise hora.NotInitializedError(
+                "hora.torch.DistributedOptimizer: hora has not been initialized; call hvd.init() "
+                "before wrapping the optimizer (every rank would otherwise train alone)", 2)
         # A rank outside the optimizer's process set skips every reduction, as in Horovod: its
         # step() applies its own gradients.
         if isinstance(process_set, hora.ProcessSet):
