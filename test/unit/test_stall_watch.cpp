@@ -17,6 +17,7 @@ namespace {
 struct Board {
   std::mutex mutex;
   std::vector<std::string> lines;
+  std::string failed;  // the declared failure: the first declaration wins
 };
 
 class BoardPresence final : public Presence {
@@ -29,6 +30,14 @@ class BoardPresence final : public Presence {
   std::vector<std::string> collect() override {
     std::lock_guard<std::mutex> lock(board_.mutex);
     return board_.lines;
+  }
+  void declareFailure(const std::string &line) override {
+    std::lock_guard<std::mutex> lock(board_.mutex);
+    if (board_.failed.empty()) board_.failed = line;
+  }
+  std::string declaredFailure() override {
+    std::lock_guard<std::mutex> lock(board_.mutex);
+    return board_.failed;
   }
 
  private:
@@ -151,6 +160,58 @@ TEST(StallWatch, MissingNamesOnlyTheRanksNotWhereThisOneWaits) {
   EXPECT_NE(who.find("rank 3 (never heard from"), std::string::npos) << who;
   EXPECT_EQ(who.find("rank 2"), std::string::npos) << who;
   EXPECT_EQ(who.find("rank 0"), std::string::npos) << who;
+}
+
+TEST(StallWatch, AFailureIsDeclaredOnceAndEveryOtherRankHearsIt) {
+  Board board;
+  board.lines.resize(3);
+  BoardPresence p0(board, 0), p1(board, 1), p2(board, 2);
+  std::mutex mutex;  // guards heard
+  std::vector<std::pair<int, std::string>> heard;  // (listener, "rank: what")
+  auto listener = [&](int me) {
+    return [&, me](int rank, const std::string &what) {
+      std::lock_guard<std::mutex> lock(mutex);
+      heard.push_back({me, std::to_string(rank) + ": " + what});
+    };
+  };
+  StallWatch w0(0, 0, 3, &p0, 0.2, 5, listener(0));
+  StallWatch w1(0, 1, 3, &p1, 0.2, 5, listener(1));
+  StallWatch w2(0, 2, 3, &p2, 0.2, 5, listener(2));
+  w1.failed("lost rank 3 (pid 42, exited)");
+  w2.failed("a later failure of its own");  // not the first: rank 1's stays declared
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!heard.empty()) break;
+    }
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "nobody heard of the failure";
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // a few more ticks
+  std::lock_guard<std::mutex> lock(mutex);
+  // Rank 0 hears it once; ranks 1 and 2 have failed themselves and need not.
+  ASSERT_EQ(heard.size(), 1u);
+  EXPECT_EQ(heard[0].first, 0);
+  EXPECT_EQ(heard[0].second, "1: lost rank 3 (pid 42, exited)");
+  // A rank that lost a peer names the earliest failure it finds.
+  const std::string first = w0.firstFailure();
+  EXPECT_EQ(first.rfind("rank 1 failed first, ", 0), 0u) << first;
+  EXPECT_NE(first.find(": lost rank 3 (pid 42, exited)"), std::string::npos) << first;
+}
+
+TEST(StallWatch, DescribesAFormingAndAStoppedPeer) {
+  StallWatch::State mine, forming, stopped;
+  mine.wallMs = forming.wallMs = stopped.wallMs = 1000000;
+  forming.phase = 'f';
+  forming.what = "forming process set 3: connecting the gloo mesh";
+  stopped.phase = 'x';
+  stopped.what = "lost rank 3";
+  // A forming rank says its phase once: its age is how long it is there, not silence.
+  EXPECT_EQ(StallWatch::describe(1, &forming, mine, 1000000 + 30000, 2.0),
+            "rank 1 (forming process set 3: connecting the gloo mesh, entered 30.0 s ago)");
+  EXPECT_EQ(StallWatch::describe(2, &stopped, mine, 1000000 + 1500, 2.0),
+            "rank 2 (stopped 1.5 s ago: lost rank 3)");
 }
 
 TEST(StallWatch, NoPresenceMeansNothingToName) {

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <iostream>
@@ -662,24 +663,91 @@ TEST(TcpStoreLimits, IdleAndStalledConnectionsAreClosed) {
   EXPECT_EQ(good.get("idle"), "ok");
 }
 
-TEST(TcpStoreLimits, ConnectionsBeyondTheLimitAreClosedAtOnce) {
+// Whether the server has closed `fd`, without waiting (reads and drops what it sent).
+bool closedNow(int fd) {
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n == 0) return true;
+    if (n < 0) return errno != EAGAIN && errno != EWOULDBLOCK;
+  }
+}
+
+TEST(TcpStoreLimits, StrangersDoNotTakeMembersSlots) {
   StoreServerOptions options;
   options.maxConnections = 3;
-  options.idleTimeoutS = 0.5;
+  options.idleTimeoutS = 5;
   TcpStoreServer server("127.0.0.1", 0, options);
+  // Connections that never shake hands count against no limit but their own (64): more than
+  // the member limit are all still open, and a client gets in beside them at once.
   std::vector<int> fds;
   for (int i = 0; i < 6; ++i) fds.push_back(rawConnectBare(server.port()));
-  int closedAtOnce = 0;
-  for (int fd : fds) {
-    bool closed = false;
-    readUntilClosed(fd, 150, &closed);
-    closedAtOnce += closed;
+  const auto began = Clock::now();
+  TcpStoreClient member("127.0.0.1", server.port(), 5);
+  member.set("k", "v");
+  EXPECT_LT(Clock::now() - began, std::chrono::seconds(2));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (int fd : fds) EXPECT_FALSE(closedNow(fd));
+  // Past 64 of them, each new one closes the oldest.
+  for (int i = 0; i < 64; ++i) fds.push_back(rawConnectBare(server.port()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  int closed = 0;
+  for (size_t i = 0; i < fds.size(); ++i) {
+    const bool c = closedNow(fds[i]);
+    closed += c;
+    if (i < 6) EXPECT_TRUE(c) << "the oldest connection " << i << " is still open";
   }
-  EXPECT_EQ(closedAtOnce, 3);
-  // Once the strangers' handshake time is up, a client gets in (it retries until then).
-  TcpStoreClient late("127.0.0.1", server.port(), 5);
-  late.set("k", "v");
+  EXPECT_EQ(closed, 6);
   for (int fd : fds) close(fd);
+}
+
+TEST(TcpStoreLimits, AFullStoreSaysSo) {
+  StoreServerOptions options;
+  options.maxConnections = 2;
+  TcpStoreServer server("127.0.0.1", 0, options);
+  TcpStoreClient a("127.0.0.1", server.port(), 5);
+  TcpStoreClient b("127.0.0.1", server.port(), 5);
+  try {
+    TcpStoreClient c("127.0.0.1", server.port(), 0.5);
+    FAIL() << "a third client got into a store that takes two";
+  } catch (const Error &e) {
+    EXPECT_EQ(e.status(), HORA_ERR_TIMEOUT);
+    EXPECT_NE(e.message().find("did not let this process in"), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find("the store is full: 2 clients are connected (limit 2)"),
+              std::string::npos)
+        << e.message();
+    EXPECT_EQ(e.message().find("unreachable"), std::string::npos) << e.message();
+  }
+  a.set("still", "served");
+  EXPECT_EQ(b.get("still"), "served");
+}
+
+TEST(TcpStore, AnAbandonKeyEndsAWaitAtOnce) {
+  TcpStoreServer server("127.0.0.1", 0);
+  TcpStoreClient agents("127.0.0.1", server.port(), 5);
+  TcpStoreClient waiter("127.0.0.1", server.port(), 30);
+  waiter.setAbandonKey("w0/update");
+  TcpStoreClient::takeAbandoned();
+  std::thread later([&agents] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    agents.set("w0/update", "worker a:1/2 is gone");
+  });
+  const auto began = Clock::now();
+  try {
+    waiter.wait({"never"});
+    FAIL() << "the wait ended without the key";
+  } catch (const Error &e) {
+    EXPECT_EQ(e.status(), HORA_ERR_PEER_LOST);
+    EXPECT_NE(e.message().find("(worker a:1/2 is gone)"), std::string::npos) << e.message();
+  }
+  later.join();
+  EXPECT_LT(Clock::now() - began, std::chrono::seconds(5));
+  EXPECT_TRUE(TcpStoreClient::takeAbandoned());
+  EXPECT_FALSE(TcpStoreClient::takeAbandoned());  // reset by the first call
+  // Without one, waits are not sliced and time out as asked.
+  TcpStoreClient plain("127.0.0.1", server.port(), 0.3);
+  EXPECT_THROW(plain.wait({"never"}), Error);
+  EXPECT_FALSE(TcpStoreClient::takeAbandoned());
 }
 
 TEST(TcpStoreSession, AnotherSessionWaitsAndTimesOutNamingIt) {
