@@ -27,7 +27,10 @@ phases+=("setup $((SECONDS - t))")
 # run (flight recorder files, scratch directories, shared segments) fail it at the end. Tests
 # write into their own scratch directories (meson's test setup points HORA_FLIGHT_RECORDER into
 # the build tree), and remove them.
-litter() { ls -d /tmp/hora-* /dev/shm/hora-* 2>/dev/null | sort || true; }
+# (hora-cluster's lock file stays on purpose: every hora-cluster on the machine locks that file.)
+litter() {
+  ls -d /tmp/hora-* /dev/shm/hora-* 2>/dev/null | grep -v '^/tmp/hora-cluster\.lock$' | sort || true
+}
 litter_before=$(litter)
 
 t=$SECONDS

@@ -224,7 +224,8 @@ bool SetEngine::abort(const Status &why, std::chrono::milliseconds limit) {
     interruptPlanes(why);
   }
   queue_.kick();  // an idle set's thread stops at once
-  if (!thread_.joinable() || thread_.get_id() == std::this_thread::get_id()) return !running_;
+  // Only the future: thread_ itself belongs to whoever joins it. (No caller of abort is the
+  // set's own thread: it runs no user code.)
   return exitedFuture_.wait_for(limit) == std::future_status::ready;
 }
 

@@ -238,25 +238,28 @@ std::string StallWatch::absentees(const State &mine, std::vector<std::string> *l
   return out;
 }
 
+bool StallWatch::collectNow(std::vector<std::string> *lines) {
+  {
+    // The thread may be in a slow word to a store that is gone: then what it collected last.
+    std::unique_lock<std::timed_mutex> lock(presenceMutex_, kPresenceWait);
+    if (lock.owns_lock()) {
+      try {
+        *lines = presence_->collect();
+        return true;
+      } catch (const std::exception &) {
+      }
+    }
+  }
+  std::lock_guard<std::mutex> state(mutex_);
+  *lines = lastLines_;
+  return false;
+}
+
 std::string StallWatch::missing() {
   if (presence_ == nullptr || size_ <= 1) return "";
   const State mine = snapshot();
-  // The thread may be in a slow word to a store that is gone: then what it collected last.
-  std::unique_lock<std::timed_mutex> lock(presenceMutex_, kPresenceWait);
   std::vector<std::string> lines;
-  bool fresh = false;
-  if (lock.owns_lock()) {
-    try {
-      lines = presence_->collect();
-      fresh = true;
-    } catch (const std::exception &) {
-    }
-  }
-  if (!fresh) {
-    std::lock_guard<std::mutex> state(mutex_);
-    lines = lastLines_;
-    if (lines.empty()) return "";
-  }
+  if (!collectNow(&lines) && lines.empty()) return "";
   return absentees(mine, &lines);
 }
 
@@ -270,21 +273,7 @@ std::string StallWatch::firstFailure() {
   const auto giveUp = Clock::now() + kFailureWait;
   for (bool again = true; again && first < 0;) {
     std::vector<std::string> lines;
-    bool collected = false;
-    {
-      std::unique_lock<std::timed_mutex> lock(presenceMutex_, kPresenceWait);
-      if (lock.owns_lock()) {
-        try {
-          lines = presence_->collect();
-          collected = true;
-        } catch (const std::exception &) {
-        }
-      }
-    }
-    if (!collected) {
-      std::lock_guard<std::mutex> state(mutex_);
-      lines = lastLines_;
-    }
+    const bool collected = collectNow(&lines);
     for (int r = 0; r < size_ && r < static_cast<int>(lines.size()); ++r) {
       State peer;
       if (r == rank_ || !decode(lines[static_cast<size_t>(r)], &peer) || peer.phase != 'x') continue;

@@ -85,6 +85,9 @@ class StallWatch {
   using Clock = std::chrono::steady_clock;
   void loop();
   State snapshot();
+  // Every rank's latest word now (true), or, when the channel is busy past kPresenceWait or
+  // fails, what the thread collected last (false). Needs presence_.
+  bool collectNow(std::vector<std::string> *lines);
   // The ranks not where this one waits, each described; "" if every rank is. Needs presence_.
   std::string absentees(const State &mine, std::vector<std::string> *lines);
 

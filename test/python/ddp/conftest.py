@@ -12,7 +12,7 @@ sys.path.insert(0, os.path.dirname(HERE))  # test/python: harness.py
 import harness  # noqa: E402
 
 
-def run(np_, script, args=(), launcher="horarun", timeout=180, expect_fail=False):
+def run(np_, script, args=(), launcher="horarun", timeout=180):
     """Runs `script` (a file next to this one, or a path) as np_ ranks; returns all output as one
     string. Fails the test with every rank's output when a rank fails or the watchdog fires.
     Under a plain mpirun nothing sets torch's RANK, WORLD_SIZE, MASTER_ADDR or MASTER_PORT:
@@ -21,8 +21,7 @@ def run(np_, script, args=(), launcher="horarun", timeout=180, expect_fail=False
     if launcher == "mpirun":
         for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"):
             os.environ.pop(name, None)  # the caller's must not reach the ranks
-    return harness.run_ranks(np_, path, args=list(args), launcher=launcher, timeout=timeout,
-                             expect_fail=expect_fail)
+    return harness.run_ranks(np_, path, args=list(args), launcher=launcher, timeout=timeout)
 
 
 def launches(horarun_sizes, mpirun_sizes=(2,)):
