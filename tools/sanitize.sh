@@ -60,7 +60,8 @@ if [ $# -eq 0 ]; then
   # ASan: also every body on Gloo, MPI's path for each op that has a noshm case, and the
   #   shared-memory copy variants (CMA single copy, non-temporal stores): the code that moves
   #   bytes, where an overrun would be.
-  # TSan: also the soak (three threads per rank issuing random collectives: the race finder).
+  # TSan: also the soak (three threads per rank issuing random collectives: the race finder), and
+  #   faults_abort (a thread interrupting a set's planes while its cycle waits).
   #   test_kernels starts no thread (and is the slowest test under TSan): ASan runs it; nor does
   #   the allreduce body, beyond the engine's and the callers' that every other body has.
   bodies=(basic allreduce broadcast allgather many_tensors errors threads shutdown alltoall
@@ -82,7 +83,7 @@ if [ $# -eq 0 ]; then
            mp_allreduce_cma_np2 mp_allreduce_stream_np2)
   else
     want+=(mp_threads_mpi_gloo_np2 mp_set_shutdown_mpi_gloo_np2 mp_join_mpi_gloo_np2
-           mp_soak_noshm_np2)
+           mp_soak_noshm_np2 faults_abort)
   fi
   registered=$(meson test -C "$builddir" --list 2>/dev/null | sed -n 's/^hora:[a-z]* \/ //p')
   mapfile -t selected < <(

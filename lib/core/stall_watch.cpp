@@ -58,6 +58,11 @@ std::string doing(const StallWatch::State &s) {
   }
 }
 
+// When a rank in phase 'x' failed, wall clock ms: its word is said again every tick.
+int64_t failedAtMs(const StallWatch::State &s) {
+  return s.wallMs - static_cast<int64_t>(s.forS * 1000.0);
+}
+
 std::string lastDone(const StallWatch::State &s) {
   return "last completed " + (s.last.empty() ? std::string("nothing yet") : s.last);
 }
@@ -204,8 +209,9 @@ std::string StallWatch::describe(int rank, const State *peer, const State &mine,
     return out + ")";
   }
   if (peer->phase == 'x') {
-    // Its last word: why it stopped (it says nothing after).
-    return who + " (stopped " + seconds(age) + " ago: " + peer->what + ")";
+    // Why it stopped (its watch repeats it until the set is gone: the time is the failure's).
+    return who + " (stopped " + seconds(std::max<int64_t>(0, nowMs - failedAtMs(*peer)) / 1000.0) +
+           " ago: " + peer->what + ")";
   }
   if (age > silentS) {
     return who + " (silent for " + seconds(age) + ": stopped, hung or dead; last seen " +
@@ -241,7 +247,12 @@ std::string StallWatch::absentees(const State &mine, std::vector<std::string> *l
 bool StallWatch::collectNow(std::vector<std::string> *lines) {
   {
     // The thread may be in a slow word to a store that is gone: then what it collected last.
-    std::unique_lock<std::timed_mutex> lock(presenceMutex_, kPresenceWait);
+    std::unique_lock<std::mutex> lock(presenceMutex_, std::try_to_lock);
+    const auto giveUp = Clock::now() + kPresenceWait;
+    while (!lock.owns_lock() && Clock::now() < giveUp) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      lock.try_lock();
+    }
     if (lock.owns_lock()) {
       try {
         *lines = presence_->collect();
@@ -277,7 +288,7 @@ std::string StallWatch::firstFailure() {
     for (int r = 0; r < size_ && r < static_cast<int>(lines.size()); ++r) {
       State peer;
       if (r == rank_ || !decode(lines[static_cast<size_t>(r)], &peer) || peer.phase != 'x') continue;
-      if (first < 0 || peer.wallMs < earliest.wallMs) {
+      if (first < 0 || failedAtMs(peer) < failedAtMs(earliest)) {
         first = r;
         earliest = peer;
       }
@@ -286,7 +297,7 @@ std::string StallWatch::firstFailure() {
     if (first < 0 && again) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   if (first < 0) return "";
-  const double before = std::max<int64_t>(0, wallMsNow() - earliest.wallMs) / 1000.0;
+  const double before = std::max<int64_t>(0, wallMsNow() - failedAtMs(earliest)) / 1000.0;
   return "rank " + std::to_string(first) + " failed first, " + seconds(before) +
          " before this rank: " + earliest.what;
 }
@@ -300,7 +311,7 @@ std::string StallWatch::lostPeer() {
   if (presence_ == nullptr || size_ <= 1) return "";
   std::vector<std::string> lines;
   {
-    std::unique_lock<std::timed_mutex> lock(presenceMutex_, std::try_to_lock);
+    std::unique_lock<std::mutex> lock(presenceMutex_, std::try_to_lock);
     if (!lock.owns_lock()) return "";  // the watch thread is talking: next time
     try {
       lines = presence_->collect();
@@ -358,7 +369,7 @@ void StallWatch::loop() {
                                std::chrono::duration<double>(now - reported).count() >= warnS_);
     std::string who;
     if (presenceWorks) {
-      std::lock_guard<std::timed_mutex> guard(presenceMutex_);
+      std::lock_guard<std::mutex> guard(presenceMutex_);
       try {
         presence_->publish(encode(mine));
         if (failing) presence_->declareFailure(std::to_string(rank_) + "\t" + encode(mine));

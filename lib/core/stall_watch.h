@@ -117,8 +117,9 @@ class StallWatch {
   std::vector<std::string> lastLines_;  // what the thread collected last (under mutex_)
   std::string host_;  // this host's name, as peers compare it
   // One caller of presence_ at a time (the thread, or a failure's missing()/firstFailure(), which
-  // wait for the thread's word in flight at most kPresenceWait).
-  std::timed_mutex presenceMutex_;
+  // wait for the thread's word in flight at most kPresenceWait: try_lock in a loop, since
+  // ThreadSanitizer does not follow std::timed_mutex's timed lock).
+  std::mutex presenceMutex_;
   static constexpr std::chrono::milliseconds kPresenceWait{1000};
   // firstFailure() looks this long for a peer's word that it failed (see there).
   static constexpr std::chrono::milliseconds kFailureWait{400};

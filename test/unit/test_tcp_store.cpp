@@ -27,6 +27,9 @@
 #include <gloo/rendezvous/hash_store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <gloo/transport/tcp/address.h>
+
+#include "bootstrap/env/gloo_group.h"
 #include "bootstrap/env/pair_auth.h"
 #endif
 
@@ -836,6 +839,64 @@ TEST(GlooPairToken, SameTokenPassesDifferentTokensNameTheRank) {
   EXPECT_NE(bad[0].find("from rank 0 to rank 1 of 2 did not prove the job token"), std::string::npos) << bad[0];
   EXPECT_NE(bad[1].find("from rank 1 to rank 0 of 2 did not prove the job token"), std::string::npos) << bad[1];
 }
+// Where a rank connects to two peers, the kernel may give both connections one local port (their
+// remote ends differ). The mesh must tell them apart by both ends: found by the local end alone,
+// one peer's messages went to the other.
+TEST(GlooMeshSockets, ConnectionsSharingALocalPortAreToldApart) {
+  auto listener = [] {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof a), 0);
+    EXPECT_EQ(listen(fd, 4), 0);
+    return fd;
+  };
+  auto endOf = [](int fd, bool remote) {
+    sockaddr_storage a{};
+    socklen_t length = sizeof a;
+    if (remote) {
+      getpeername(fd, reinterpret_cast<sockaddr *>(&a), &length);
+    } else {
+      getsockname(fd, reinterpret_cast<sockaddr *>(&a), &length);
+    }
+    return gloo::transport::tcp::Address(a).str();
+  };
+  auto portOf = [](int fd) {
+    sockaddr_in a{};
+    socklen_t length = sizeof a;
+    getsockname(fd, reinterpret_cast<sockaddr *>(&a), &length);
+    return a.sin_port;
+  };
+  const int l1 = listener(), l2 = listener();
+  // Two clients on one local port (as the kernel may pick for connect), to different listeners.
+  int clients[2];
+  in_port_t shared = 0;
+  for (int i = 0; i < 2; ++i) {
+    clients[i] = socket(AF_INET, SOCK_STREAM, 0);
+    const int on = 1;
+    setsockopt(clients[i], SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+    sockaddr_in local{};
+    local.sin_family = AF_INET;
+    local.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    local.sin_port = shared;
+    ASSERT_EQ(bind(clients[i], reinterpret_cast<sockaddr *>(&local), sizeof local), 0) << strerror(errno);
+    if (i == 0) shared = portOf(clients[0]);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    to.sin_port = portOf(i == 0 ? l1 : l2);
+    ASSERT_EQ(connect(clients[i], reinterpret_cast<sockaddr *>(&to), sizeof to), 0) << strerror(errno);
+  }
+  const int a1 = accept(l1, nullptr, nullptr), a2 = accept(l2, nullptr, nullptr);
+  ASSERT_EQ(endOf(clients[0], false), endOf(clients[1], false));  // one local end
+  const std::vector<int> found = socketsByEnds({{endOf(clients[0], false), endOf(clients[1], true)},
+                                                {endOf(clients[0], false), endOf(clients[0], true)},
+                                                {"", ""}});
+  EXPECT_EQ(found, (std::vector<int>{clients[1], clients[0], -1}));
+  for (int fd : {l1, l2, clients[0], clients[1], a1, a2}) close(fd);
+}
+
 #endif
 
 TEST(TcpStore, FormatHostPort) {

@@ -368,10 +368,25 @@ size_t doublingLimit() {
   return size_t{64} << 10;
 }
 
-// Each pair's socket, found by its local address (every pair has a port of its own): Gloo does
-// not hand it out, and the mesh reads and writes it itself.
-std::vector<int> pairSockets(gloo::Context &context) {
-  std::map<std::string, int> byAddress;
+// The socket of each pair, found by both of its ends: Gloo does not hand it out. The local end
+// alone is not enough: where this rank connected (rather than accepted), the kernel may give two
+// of its pairs' connections one local port, since their remote ends differ, and a socket found by
+// that port alone can be the pair to another rank (whose messages then go to the wrong peer,
+// seen as a lost message).
+std::vector<int> pairSockets(gloo::Context &context, const std::vector<std::string> &remote) {
+  std::vector<std::pair<std::string, std::string>> ends(static_cast<size_t>(context.size));
+  for (int peer = 0; peer < context.size; ++peer) {
+    if (peer == context.rank) continue;
+    ends[static_cast<size_t>(peer)] = {context.getPair(peer)->address().str(),
+                                       remote[static_cast<size_t>(peer)]};
+  }
+  return socketsByEnds(ends);
+}
+
+}  // namespace
+
+std::vector<int> socketsByEnds(const std::vector<std::pair<std::string, std::string>> &ends) {
+  std::map<std::pair<std::string, std::string>, int> byEnds;
   if (DIR *dir = opendir("/proc/self/fd")) {
     while (dirent *entry = readdir(dir)) {
       const int fd = std::atoi(entry->d_name);
@@ -380,28 +395,33 @@ std::vector<int> pairSockets(gloo::Context &context) {
           !S_ISSOCK(st.st_mode)) {
         continue;
       }
-      sockaddr_storage addr{};
-      socklen_t length = sizeof addr;
-      if (getsockname(fd, reinterpret_cast<sockaddr *>(&addr), &length) != 0 ||
-          (addr.ss_family != AF_INET && addr.ss_family != AF_INET6)) {
-        continue;
+      sockaddr_storage local{}, peer{};
+      socklen_t localLength = sizeof local, peerLength = sizeof peer;
+      if (getsockname(fd, reinterpret_cast<sockaddr *>(&local), &localLength) != 0 ||
+          (local.ss_family != AF_INET && local.ss_family != AF_INET6) ||
+          getpeername(fd, reinterpret_cast<sockaddr *>(&peer), &peerLength) != 0) {
+        continue;  // not a connected inet socket
       }
-      byAddress[gloo::transport::tcp::Address(addr).str()] = fd;
+      byEnds[{gloo::transport::tcp::Address(local).str(),
+              gloo::transport::tcp::Address(peer).str()}] = fd;
     }
     closedir(dir);
   }
-  std::vector<int> out(static_cast<size_t>(context.size), -1);
-  for (int peer = 0; peer < context.size; ++peer) {
-    if (peer == context.rank) continue;
-    auto it = byAddress.find(context.getPair(peer)->address().str());
-    if (it != byAddress.end()) out[static_cast<size_t>(peer)] = it->second;
+  std::vector<int> out(ends.size(), -1);
+  for (size_t i = 0; i < ends.size(); ++i) {
+    if (ends[i].first.empty()) continue;
+    auto it = byEnds.find(ends[i]);
+    if (it != byEnds.end()) out[i] = it->second;
   }
   return out;
 }
 
+namespace {
+
 }  // namespace
 
-GlooMesh::GlooMesh(std::shared_ptr<gloo::Context> context)
+GlooMesh::GlooMesh(std::shared_ptr<gloo::Context> context,
+                   const std::vector<std::string> &peerAddresses)
     : context_(std::move(context)), chunkBytes_(size_t{64} << 10),
       rank_(context_->rank),
       size_(context_->size) {
@@ -417,7 +437,7 @@ GlooMesh::GlooMesh(std::shared_ptr<gloo::Context> context)
   for (int peer = 0; peer < size_; ++peer) {
     if (peer != rank_) context_->getPair(peer)->setSync(/*sync=*/true, /*busyPoll=*/false);
   }
-  sockets_ = pairSockets(*context_);
+  sockets_ = pairSockets(*context_, peerAddresses);
   peerNames_.assign(static_cast<size_t>(size_), std::string());
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
@@ -837,8 +857,10 @@ GlooGroup::GlooGroup(std::shared_ptr<TcpStoreClient> store, const std::string &p
   // waits for the others to say so, before its first transfer.
   formingPhase(word, rank, size, "switching the gloo mesh to hora's transfers", [&] {
     testPoint("mesh-switch", rank);
+    std::vector<std::string> remote(static_cast<size_t>(size));
+    for (int peer = 0; peer < size; ++peer) remote[static_cast<size_t>(peer)] = cards[static_cast<size_t>(peer)].address;
     glooCall("switching the gloo mesh to synchronous pairs", rank,
-             [&] { mesh_ = std::make_shared<GlooMesh>(context_); });
+             [&] { mesh_ = std::make_shared<GlooMesh>(context_, remote); });
     storeBarrier(*store, prefix + "switched/", rank, size, timeoutS,
                  "switched its gloo pairs to hora's transfers");
   });

@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/interrupt.h"
@@ -43,8 +44,9 @@ class GlooMesh {
   using Reduce = std::function<void(void *dst, const void *src, size_t count)>;
 
   // Switches every pair of `context` to synchronous mode and takes its socket (for good: Gloo's
-  // own collectives can no longer run on this context).
-  explicit GlooMesh(std::shared_ptr<gloo::Context> context);
+  // own collectives can no longer run on this context). peerAddresses[r]: rank r's end of its
+  // pair to this rank ("ip:port", as the peers told in their address cards).
+  GlooMesh(std::shared_ptr<gloo::Context> context, const std::vector<std::string> &peerAddresses);
   int rank() const { return rank_; }
   int size() const { return size_; }
 
@@ -110,6 +112,10 @@ class GlooMesh {
   std::vector<uint8_t> scratch_;  // grows to the largest staging a collective has needed
   Interrupt interrupted_;
 };
+
+// The connected inet socket of this process with each pair of ends (local "ip:port", remote
+// "ip:port"), -1 where there is none or the local end is "". For GlooMesh; exposed for its test.
+std::vector<int> socketsByEnds(const std::vector<std::pair<std::string, std::string>> &ends);
 
 // Rendezvous through hora's TCP store (keys under `prefix`), then a full mesh of TCP pairs.
 // Every collective of the control plane waits at most timeoutS for a peer.
