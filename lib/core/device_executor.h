@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,16 @@ struct DeviceHooks {
   std::function<void()> wake;              // any thread (a CUDA driver thread included); cheap
   std::function<std::string()> lostPeer;   // engine thread: "" or which rank is gone and why
   std::function<void(uint64_t)> finished;  // any thread: the work of tickets up to this one is done
+};
+
+// The end of one op's device work, as a stream-ordered wait sees it (an event of the
+// executor's, held while this lives).
+class DeviceEnd {
+ public:
+  virtual ~DeviceEnd() = default;
+  // Work queued on `stream` (a cudaStream_t; nullptr: the legacy default stream) after this call
+  // runs after the op. Throws Error(HORA_ERR_BACKEND) with CUDA's words.
+  virtual void streamWait(void *stream) = 0;
 };
 
 // Engine thread only. Each op is queued on the device after every request's readiness event
@@ -43,8 +54,9 @@ class DeviceExecutor {
   virtual void reducescatter(const std::vector<Request *> &requests,
                              const std::vector<const Response *> &responses, int contributors) = 0;
 
-  // The ticket of the last op queued (1, 2, ...; 0 before the first).
+  // The ticket of the last op queued (1, 2, ...; 0 before the first), and its end.
   virtual uint64_t queued() const = 0;
+  virtual std::shared_ptr<DeviceEnd> lastEnd() const = 0;
   // Every op with a ticket up to the returned one has finished. Never blocks; throws as above
   // (an NCCL error, the oldest unfinished op older than HORA_TIMEOUT_S, a lost peer).
   virtual uint64_t poll() = 0;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/device_executor.h"
 #include "core/op_table.h"
 
 namespace hora {
@@ -86,11 +87,32 @@ void Request::complete(Status status) {
 }
 
 bool Request::settle(Status status) {
+  std::shared_ptr<DeviceEnd> end;  // dropped outside the lock: it gives an event back
   std::lock_guard<std::mutex> lock(mutex_);
   if (done_) return false;
   done_ = true;
   status_ = std::move(status);
+  end.swap(end_);
   return true;
+}
+
+void Request::launched(std::shared_ptr<DeviceEnd> end) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (done_) return;
+    end_ = std::move(end);
+  }
+  cv_.notify_all();
+}
+
+// Under the lock, so that the end cannot be dropped (its event given back to the pool and
+// recorded for a later op) between the check and the stream's wait.
+Status Request::waitOnStream(void *stream) const {
+  std::unique_lock<std::mutex> lock(mutex_);
+  cv_.wait(lock, [this] { return done_ || end_ != nullptr; });
+  if (done_) return status_;
+  end_->streamWait(stream);
+  return Status::success();
 }
 
 void Request::wake() const { cv_.notify_all(); }

@@ -16,6 +16,8 @@
 
 namespace hora {
 
+class DeviceEnd;  // core/device_executor.h
+
 // One tensor of a request: where its input is and where its result goes (in == out: in place).
 struct TensorArg {
   const void *in = nullptr;
@@ -68,6 +70,14 @@ class Request {
   Status wait() const;  // blocks until complete
   Status status() const;
 
+  // CUDA requests, engine: the op's device work is queued and ends at `end` (held until the
+  // request completes). Wakes the stream-ordered waiters.
+  void launched(std::shared_ptr<DeviceEnd> end);
+  // A stream-ordered wait: blocks until the request has completed or its device work is queued,
+  // and in the second case makes `stream` wait for that work's end. The status of a completed
+  // request; success for one launched. Throws what DeviceEnd::streamWait throws.
+  Status waitOnStream(void *stream) const;
+
   // The set's cycles only: whether this rank's RequestMsg went to the coordinator already, and
   // (while a timeline records) when the engine took it from the queue.
   bool sentToCoordinator = false;
@@ -90,11 +100,12 @@ class Request {
   DLTensor output_{};
   bool hasOutput_ = false;
 
-  // This mutex protects: done_, status_.
+  // This mutex protects: done_, status_, end_.
   mutable std::mutex mutex_;
-  mutable std::condition_variable cv_;  // with mutex_: waiters wait for done_
+  mutable std::condition_variable cv_;  // with mutex_: waiters wait for done_ (or end_)
   bool done_ = false;
   Status status_;
+  std::shared_ptr<DeviceEnd> end_;  // launched and not complete
 };
 
 using RequestPtr = std::shared_ptr<Request>;

@@ -431,7 +431,10 @@ void SetEngine::execute(const std::vector<const Response *> &responses) {
     } else if (!first.agreed.device.isCpu()) {
       try {
         executeOnDevice(requests, members);
-        // Queued: completed by completeDeviceOps() once the device has run it.
+        // Queued: completed by completeDeviceOps() once the device has run it; a stream-ordered
+        // wait may go on now.
+        const std::shared_ptr<DeviceEnd> end = device_->lastEnd();
+        for (PendingMap::iterator it : owned) it->second->launched(end);
         DeviceOp op;
         op.ticket = device_->queued();
         op.op = first.agreed.op;

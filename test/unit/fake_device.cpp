@@ -37,6 +37,13 @@
 //   outputs (so in-place ops are safe). Ranks that disagree on a rendezvous (kind, count, dtype,
 //   op, root) all get ncclInvalidUsage. send/recv match per (sender, receiver) in call order,
 //   like NCCL, without involving other ranks; different sizes give both ncclInvalidUsage.
+// - Launches at N > 1 are non-blocking, as NCCL's with two or more ranks (launchInProgress(), on
+//   by default): a call outside a group, or a groupEnd, on a communicator of two or more ranks
+//   returns kNcclInProgress and queues nothing yet; the work reaches its stream when
+//   commAsyncError is next asked about that communicator (the second time it is asked). Until
+//   then every NCCL call on the communicator is refused (ncclInvalidUsage), and any work queued
+//   on a stream whose launch is pending aborts the process (it would run before the NCCL
+//   kernel on a GPU: an event recorded there completes early).
 // - A rank's op ends without writing when its communicator is aborted, destroyed or in error;
 //   a rank waiting for a peer whose communicator is aborted or destroyed gets ncclRemoteError.
 //   A peer merely in error is waited for, as on a GPU, until it aborts.
@@ -46,7 +53,7 @@
 // The call log: one entry per DeviceApi call, with the calling thread:
 //   deviceCount  whyNoDevice  setDevice <d>  multiprocessors <d>  kernelsRunOn <d>
 //   createStream  destroyStream  createEvent  destroyEvent  recordEvent  eventDone  waitEvent
-//   hostCallback  allocate <bytes>  release <bytes>  copy <bytes>  zero <bytes>
+//   synchronizeEvent  hostCallback  allocate <bytes>  release <bytes>  copy <bytes>  zero <bytes>
 //   batchedCopy items=<n> bytes=<total>  scale count=<n> dtype=<name> factor=<f>
 //   createCancelFlag  destroyCancelFlag  ncclVersion  ncclErrorString <r>  uniqueId
 //   commInit size=<n> rank=<r> maxCTAs=<m>  commAsyncError  commLastError  commFinalize
@@ -101,6 +108,7 @@ struct Stream {
   uint64_t queued = 0, done = 0;
   bool stopping = false;
   int device = 0;
+  int launching = 0;  // NCCL launches pending on it (returned kNcclInProgress, not settled)
 };
 
 struct Event {
@@ -144,6 +152,14 @@ struct SendPost {
   bool consumed = false, mismatch = false, withdrawn = false;
 };
 
+struct CommGroup;
+struct PendingCall {
+  std::shared_ptr<CommGroup> group;
+  int rank;
+  Stream *stream;
+  Call call;
+};
+
 // The k-th rendezvous of a communicator's collectives.
 struct Slot {
   std::vector<const std::vector<Call> *> posted;  // per rank, while it waits there
@@ -160,6 +176,8 @@ struct RankState {
   uint64_t nextSeq = 0;  // the next rendezvous of this rank's collectives
   int pending = 0;       // ops queued and not finished
   int active = 0;        // workers inside an op of it now
+  std::vector<PendingCall> launching;  // a launch that returned kNcclInProgress, not yet queued
+  int launchPolls = 0;                 // commAsyncError calls until it is
 };
 
 // A communicator: what its ranks share. Its mutex guards everything in it.
@@ -186,12 +204,6 @@ struct Comm {
   int nextRedOp = kNumBuiltinOps;
 };
 
-struct PendingCall {
-  std::shared_ptr<CommGroup> group;
-  int rank;
-  Stream *stream;
-  Call call;
-};
 
 struct NcclItem {
   std::shared_ptr<CommGroup> group;
@@ -442,7 +454,7 @@ const std::set<std::string> &ncclCalls() {
 const std::set<std::string> &throwingCalls() {
   static const std::set<std::string> names = {
       "setDevice", "multiprocessors", "createStream", "createEvent", "recordEvent", "eventDone",
-      "waitEvent", "hostCallback", "allocate", "copy", "zero", "batchedCopy", "scale",
+      "synchronizeEvent", "waitEvent", "hostCallback", "allocate", "copy", "zero", "batchedCopy", "scale",
       "createCancelFlag", "uniqueId"};
   return names;
 }
@@ -751,12 +763,17 @@ Comm *FakeDevice::comm(gpu::CommHandle handle, const char *call) noexcept {
   return c;
 }
 
-void FakeDevice::enqueue(Stream *s, std::unique_ptr<Op> op) {
+void FakeDevice::enqueue(Stream *s, std::unique_ptr<Op> op, bool launch) {
   if (s == nullptr) {  // the legacy default stream: nothing else queued on it here
     op->run();
     return;
   }
   std::lock_guard<std::mutex> lock(mutex_);
+  if (s->launching > 0 && !launch) {
+    die(detail::concat("rank ", rank_, ": work queued on a stream whose NCCL launch returned "
+                       "ncclInProgress and has not settled: on a GPU it would run before the NCCL "
+                       "kernel (poll ncclCommGetAsyncError until ncclSuccess first)"));
+  }
   s->queue.push_back(std::move(op));
   ++s->queued;
   cv_.notify_all();
@@ -913,6 +930,16 @@ bool FakeDevice::eventDone(gpu::EventHandle handle) {
   Event *e = event(handle, "eventDone");
   std::lock_guard<std::mutex> lock(mutex_);
   return e->doneGen >= e->recordGen;
+}
+
+void FakeDevice::synchronizeEvent(gpu::EventHandle handle) {
+  log("synchronizeEvent");
+  maybeThrow("synchronizeEvent");
+  event(handle, "synchronizeEvent");
+  std::unique_lock<std::mutex> lock(mutex_);
+  std::shared_ptr<Event> e = events_.at(static_cast<Event *>(handle));
+  const uint64_t gen = e->recordGen;  // the record at the time of the call, as CUDA's
+  waitOrDie(lock, cv_, [&] { return e->doneGen >= gen; }, rank_, "synchronizeEvent");
 }
 
 void FakeDevice::waitEvent(gpu::StreamHandle streamHandle, gpu::EventHandle handle) {
@@ -1168,15 +1195,28 @@ int FakeDevice::commAsyncError(gpu::CommHandle handle, int *state) noexcept {
   Comm *c = comm(handle, "commAsyncError");
   if (c == nullptr || state == nullptr) return kNcclInvalidArgument;
   CommGroup &g = *c->group;
-  std::lock_guard<std::mutex> lock(g.mutex);
-  const RankState &me = g.ranks[static_cast<size_t>(c->rank)];
-  if (me.error != 0) {
-    *state = me.error;
-  } else if (g.joined < g.size || (me.finalizing && me.pending > 0)) {
-    *state = gpu::kNcclInProgress;
-  } else {
-    *state = gpu::kNcclSuccess;
+  std::vector<PendingCall> launched;
+  {
+    std::lock_guard<std::mutex> lock(g.mutex);
+    RankState &me = g.ranks[static_cast<size_t>(c->rank)];
+    if (me.error != 0) {
+      *state = me.error;
+      return gpu::kNcclSuccess;
+    }
+    if (!me.launching.empty() && --me.launchPolls <= 0) launched.swap(me.launching);
+    if (g.joined < g.size || (me.finalizing && me.pending > 0) || !me.launching.empty()) {
+      *state = gpu::kNcclInProgress;
+      return gpu::kNcclSuccess;
+    }
   }
+  if (!launched.empty()) {  // the launch settles now: its work reaches the streams, then others'
+    std::vector<Stream *> streams;
+    for (const PendingCall &p : launched) streams.push_back(p.stream);
+    flushGroup(std::move(launched));
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (Stream *st : streams) --st->launching;
+  }
+  *state = gpu::kNcclSuccess;
   return gpu::kNcclSuccess;
 }
 
@@ -1201,6 +1241,15 @@ int FakeDevice::commFinalize(gpu::CommHandle handle) noexcept {
 
 void FakeDevice::endComm(Comm *c, bool destroyed) {
   CommGroup &g = *c->group;
+  std::vector<PendingCall> dropped;  // a launch that never settled: nothing of it runs
+  {
+    std::lock_guard<std::mutex> lock(g.mutex);
+    dropped.swap(g.ranks[static_cast<size_t>(c->rank)].launching);
+  }
+  if (!dropped.empty()) {
+    std::lock_guard<std::mutex> lock(mutex_);  // (never taken while holding a group's)
+    for (const PendingCall &p : dropped) --p.stream->launching;
+  }
   {
     std::unique_lock<std::mutex> lock(g.mutex);
     RankState &me = g.ranks[static_cast<size_t>(c->rank)];
@@ -1246,6 +1295,7 @@ int FakeDevice::createPreMulSum(gpu::RedOp *op, DType dtype, double factor, gpu:
   if (injectedFailure("createPreMulSum", &result)) return result;
   Comm *c = comm(handle, "createPreMulSum");
   if (c == nullptr || op == nullptr) return kNcclInvalidArgument;
+  if (!launchPending(c).empty()) return kNcclInvalidUsage;
   std::lock_guard<std::mutex> lock(mutex_);
   const int id = c->nextRedOp++;
   c->redOps[id] = {dtype, factor};
@@ -1259,6 +1309,7 @@ int FakeDevice::destroyRedOp(gpu::RedOp op, gpu::CommHandle handle) noexcept {
   if (injectedFailure("destroyRedOp", &result)) return result;
   Comm *c = comm(handle, "destroyRedOp");
   if (c == nullptr) return kNcclInvalidArgument;
+  if (!launchPending(c).empty()) return kNcclInvalidUsage;
   std::lock_guard<std::mutex> lock(mutex_);
   return c->redOps.erase(op) == 1 ? gpu::kNcclSuccess : kNcclInvalidArgument;
 }
@@ -1283,8 +1334,7 @@ int FakeDevice::groupEnd() noexcept {
   calls.swap(group.calls);
   tGroups.erase(serial_);
   if (failed) return result;  // nothing of the group is queued
-  flushGroup(std::move(calls));
-  return gpu::kNcclSuccess;
+  return launch(std::move(calls));
 }
 
 // Validates a call on `handle` and queues it, or keeps it for groupEnd inside a group.
@@ -1323,6 +1373,11 @@ int FakeDevice::queueNccl(gpu::CommHandle handle, gpu::StreamHandle streamHandle
   {
     std::lock_guard<std::mutex> lock(g.mutex);
     if (me.error != 0) return me.error;
+    if (!me.launching.empty()) {
+      me.lastError = detail::concat(name, " while this rank's previous launch on the communicator is in "
+                                    "progress (ncclInProgress: poll ncclCommGetAsyncError until ncclSuccess)");
+      return kNcclInvalidUsage;
+    }
     if (g.joined < g.size) {
       me.lastError = detail::concat(name, " before the communicator is ready (", g.joined, " of ",
                                     g.size, " ranks joined)");
@@ -1338,8 +1393,38 @@ int FakeDevice::queueNccl(gpu::CommHandle handle, gpu::StreamHandle streamHandle
   tGroups.erase(serial_);
   std::vector<PendingCall> one;
   one.push_back(std::move(pending));
-  flushGroup(std::move(one));
-  return gpu::kNcclSuccess;
+  return launch(std::move(one));
+}
+
+int FakeDevice::launch(std::vector<PendingCall> calls) {
+  // Non-blocking at N > 1: one communicator's calls (hora's groups never span two).
+  bool defer = launchInProgress_.load() && !calls.empty();
+  for (const PendingCall &p : calls) {
+    defer = defer && p.group == calls.front().group && p.rank == calls.front().rank && p.group->size > 1;
+  }
+  if (!defer) {
+    flushGroup(std::move(calls));
+    return gpu::kNcclSuccess;
+  }
+  CommGroup &g = *calls.front().group;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const PendingCall &p : calls) ++p.stream->launching;
+  }
+  std::lock_guard<std::mutex> lock(g.mutex);
+  RankState &me = g.ranks[static_cast<size_t>(calls.front().rank)];
+  me.launching = std::move(calls);
+  me.launchPolls = 2;
+  return gpu::kNcclInProgress;
+}
+
+std::string FakeDevice::launchPending(Comm *c) {
+  std::lock_guard<std::mutex> lock(c->group->mutex);
+  RankState &me = c->group->ranks[static_cast<size_t>(c->rank)];
+  if (me.launching.empty()) return "";
+  me.lastError = "a call while this rank's previous launch on the communicator is in progress "
+                 "(ncclInProgress: poll ncclCommGetAsyncError until ncclSuccess)";
+  return me.lastError;
 }
 
 // One op per (stream, communicator) of a group, in the order of their first call.
@@ -1377,7 +1462,7 @@ void FakeDevice::flushGroup(std::vector<PendingCall> calls) {
       if (exclusive_.load()) gpu.lock();
       runNccl(*item);
     };
-    enqueue(s, std::move(op));
+    enqueue(s, std::move(op), true);
   }
 }
 

@@ -101,6 +101,10 @@ class FakeDevice final : public gpu::DeviceApi {
   // communicator's kernel leaves no room for another's. Two communicators whose ops reach two
   // such devices in opposite orders then deadlock (until the fake's bound aborts the process).
   void exclusive(bool on) { exclusive_ = on; }
+  // true (the default): NCCL calls and groups on a communicator of two or more ranks return
+  // kNcclInProgress, as NCCL's non-blocking communicators do there, and reach their stream once
+  // commAsyncError has been asked again (fake_device.cpp). false: they are queued at once.
+  void launchInProgress(bool on) { launchInProgress_ = on; }
   // What deviceCount(), whyNoDevice() and kernelsRunOn() say.
   void setDeviceCount(int count);
   void setWhyNoDevice(std::string why);
@@ -149,6 +153,7 @@ class FakeDevice final : public gpu::DeviceApi {
   void destroyEvent(gpu::EventHandle event) noexcept override;
   void recordEvent(gpu::EventHandle event, gpu::StreamHandle stream) override;
   bool eventDone(gpu::EventHandle event) override;
+  void synchronizeEvent(gpu::EventHandle event) override;
   void waitEvent(gpu::StreamHandle stream, gpu::EventHandle event) override;
   void hostCallback(gpu::StreamHandle stream, void (*fn)(void *), void *arg) override;
 
@@ -205,7 +210,13 @@ class FakeDevice final : public gpu::DeviceApi {
   fake_detail::Event *event(gpu::EventHandle handle, const char *call);
   fake_detail::Comm *comm(gpu::CommHandle handle, const char *call) noexcept;
   // Runs `op` on the worker of `s` in order, or at once when s is the default (null) stream.
-  void enqueue(fake_detail::Stream *s, std::unique_ptr<fake_detail::Op> op);
+  // launch: the NCCL work of a settled launch (the only work a stream with a pending launch takes).
+  void enqueue(fake_detail::Stream *s, std::unique_ptr<fake_detail::Op> op, bool launch = false);
+  // Queues a flushed call or group, or keeps it as its communicator's pending launch (see
+  // launchInProgress): kNcclSuccess or kNcclInProgress.
+  int launch(std::vector<fake_detail::PendingCall> calls);
+  // The communicator's pending launch, refused calls' message: "" if none.
+  std::string launchPending(fake_detail::Comm *c);
   void worker(fake_detail::Stream *s);
   int queueNccl(gpu::CommHandle comm, gpu::StreamHandle stream, fake_detail::Call call) noexcept;
   void flushGroup(std::vector<fake_detail::PendingCall> calls);
@@ -243,6 +254,7 @@ class FakeDevice final : public gpu::DeviceApi {
   // stall(): armed_ is taken by the next NCCL op a worker reaches; stallGen_ moves on stall(false).
   std::atomic<bool> stallArmed_{false};
   std::atomic<bool> exclusive_{false};
+  std::atomic<bool> launchInProgress_{true};
   std::mutex exclusiveMutex_;
   std::atomic<uint64_t> stallGen_{0};
   std::atomic<int> ncclInProgress_{0};

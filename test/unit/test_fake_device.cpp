@@ -36,12 +36,14 @@ bool eventually(const std::function<bool()> &pred) {
 }
 
 // n ranks, each a FakeDevice with one stream and a ready communicator (made from this thread:
-// commInit does not block).
+// commInit does not block). Launches complete at the call unless `inProgress` (the tests of
+// non-blocking launches).
 struct Ranks {
-  explicit Ranks(int n) : size(n) {
+  explicit Ranks(int n, bool inProgress = false) : size(n) {
     const std::string id = cluster.newUniqueId();
     for (int r = 0; r < n; ++r) {
       dev.push_back(std::make_unique<FakeDevice>(cluster, r));
+      dev[r]->launchInProgress(inProgress);
       dev[r]->setDevice(0);
       stream.push_back(dev[r]->createStream());
       comm.push_back(nullptr);
@@ -572,6 +574,8 @@ TEST(FakeDevice, CommunicatorIsReadyOnlyOnceEveryRankJoinedAndFinalizesAfterItsW
   a.hold(true);
   auto sb = b.createStream();
   float y = 2;
+  a.launchInProgress(false);
+  b.launchInProgress(false);
   ASSERT_EQ(a.allReduce(&x, &x, 1, DType::kFloat32, kSum, ca, sa), gpu::kNcclSuccess);
   ASSERT_EQ(b.allReduce(&y, &y, 1, DType::kFloat32, kSum, cb, sb), gpu::kNcclSuccess);
   EXPECT_EQ(a.commFinalize(ca), gpu::kNcclInProgress);
@@ -592,6 +596,84 @@ TEST(FakeDevice, CommunicatorIsReadyOnlyOnceEveryRankJoinedAndFinalizesAfterItsW
   EXPECT_EQ(cluster.communicators(), 1);
   a.destroyStream(sa);
   b.destroyStream(sb);
+}
+
+// As NCCL's non-blocking communicators with two or more ranks: a launch returns ncclInProgress,
+// reaches the stream once the communicator has been asked again, and the communicator takes no
+// call meanwhile. A communicator of one rank launches at the call.
+TEST(FakeDevice, ALaunchAtTwoRanksIsInProgressUntilAskedAndRefusesCallsMeanwhile) {
+  Ranks ranks(2, /*inProgress=*/true);
+  std::vector<float *> buf;
+  for (int r = 0; r < 2; ++r) buf.push_back(ranks.buffer<float>(r, {float(r + 1), 10.0f * (r + 1)}));
+  FakeDevice &a = *ranks.dev[0];
+  ASSERT_EQ(a.allReduce(buf[0], buf[0], 2, DType::kFloat32, kSum, ranks.comm[0], ranks.stream[0]),
+            gpu::kNcclInProgress);
+  EXPECT_EQ(a.allReduce(buf[0], buf[0], 2, DType::kFloat32, kSum, ranks.comm[0], ranks.stream[0]),
+            kNcclInvalidUsage);
+  EXPECT_NE(a.commLastError(ranks.comm[0]).find("in progress"), std::string::npos) << a.commLastError(ranks.comm[0]);
+  gpu::RedOp op = 0;
+  EXPECT_EQ(a.createPreMulSum(&op, DType::kFloat32, 2.0, ranks.comm[0]), kNcclInvalidUsage);
+  EXPECT_EQ(ranks.state(0), gpu::kNcclInProgress);
+  EXPECT_EQ(ranks.state(0), gpu::kNcclSuccess);  // launched: on its stream now
+  // A group: one launch, in progress the same way.
+  FakeDevice &b = *ranks.dev[1];
+  ASSERT_EQ(b.groupStart(), gpu::kNcclSuccess);
+  ASSERT_EQ(b.allReduce(buf[1], buf[1], 2, DType::kFloat32, kSum, ranks.comm[1], ranks.stream[1]),
+            gpu::kNcclSuccess);
+  EXPECT_EQ(b.groupEnd(), gpu::kNcclInProgress);
+  while (ranks.state(1) == gpu::kNcclInProgress) {
+  }
+  for (int r = 0; r < 2; ++r) ranks.dev[r]->drain();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(buf[r][0], 3.0f);
+    EXPECT_EQ(buf[r][1], 30.0f);
+  }
+  EXPECT_EQ(a.count("stream:"), 0) << "nothing skipped or cancelled";
+  // One rank: no launch thread, no ncclInProgress.
+  FakeCluster solo;
+  FakeDevice d(solo);
+  d.setDevice(0);
+  auto s = d.createStream();
+  gpu::CommHandle c = nullptr;
+  ASSERT_EQ(d.commInit(&c, solo.newUniqueId(), 1, 0, 0), gpu::kNcclInProgress);
+  int state = -1;
+  d.commAsyncError(c, &state);
+  ASSERT_EQ(state, gpu::kNcclSuccess);
+  float x = 4;
+  EXPECT_EQ(d.allReduce(&x, &x, 1, DType::kFloat32, kSum, c, s), gpu::kNcclSuccess);
+  d.drain();
+  EXPECT_EQ(d.commDestroy(c), gpu::kNcclSuccess);
+  d.destroyStream(s);
+}
+
+// Work queued behind a launch that has not settled would run before the NCCL kernel on a GPU (an
+// event recorded there completes early): the fake stops the test.
+TEST(FakeDeviceDeathTest, WorkOnAStreamWhoseLaunchIsInProgressAborts) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        Ranks ranks(2, /*inProgress=*/true);
+        float x = 1;
+        ranks.dev[0]->allReduce(&x, &x, 1, DType::kFloat32, kSum, ranks.comm[0], ranks.stream[0]);
+        ranks.dev[0]->recordEvent(ranks.dev[0]->createEvent(), ranks.stream[0]);
+      },
+      "NCCL launch returned ncclInProgress and has not settled");
+}
+
+// A launch the communicator's abort overtakes never runs, and frees its stream.
+TEST(FakeDevice, AnAbortDropsALaunchInProgress) {
+  Ranks ranks(2, /*inProgress=*/true);
+  std::vector<float> x = {5};
+  FakeDevice &a = *ranks.dev[0];
+  ASSERT_EQ(a.allReduce(x.data(), x.data(), 1, DType::kFloat32, kSum, ranks.comm[0], ranks.stream[0]),
+            gpu::kNcclInProgress);
+  EXPECT_EQ(a.commAbort(ranks.comm[0]), gpu::kNcclSuccess);
+  auto e = a.createEvent();
+  a.recordEvent(e, ranks.stream[0]);  // allowed again
+  a.drain();
+  EXPECT_TRUE(a.eventDone(e));
+  EXPECT_EQ(x[0], 5.0f);
+  a.destroyEvent(e);
 }
 
 TEST(FakeDevice, FailNextReturnsTheResultOnceAndQueuesNothing) {

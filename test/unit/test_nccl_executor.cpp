@@ -128,8 +128,56 @@ TEST(NcclExecutor, FusedAverageCompletesByTicketWhileTheDeviceWorks) {
         ASSERT_FLOAT_EQ(data[r][t][static_cast<size_t>(i)], 2.0f * float(i + 1)) << "rank " << r << " tensor " << t;
       }
     }
-    EXPECT_GE(ranks.wakes[r].load(), 1) << "the stream callback wakes the engine";
+    EXPECT_GE(ranks.wakes[r].load(), 1) << "the completion thread wakes the engine";
     EXPECT_EQ(ranks.dev(r).count("batchedCopy"), 2) << "one pack and one unpack launch";
+  }
+}
+
+// Completion by event: no host function on the stream, events from a pool, the engine woken by
+// the completion thread; a stream-ordered wait lets the caller's stream go on after the op while
+// the host does not wait at all.
+TEST(NcclExecutor, CompletionIsByPooledEventsAndAStreamMayWaitForTheOp) {
+  constexpr int n = 2;
+  Ranks ranks(n);
+  ranks.start();
+  std::vector<std::vector<float>> x(n, std::vector<float>(64)), seen(n, std::vector<float>(64, -1));
+  for (int r = 0; r < n; ++r) ranks.dev(r).hold(true);
+  std::vector<std::unique_ptr<Request>> req(n);
+  std::vector<gpu::StreamHandle> callerStream(n);
+  runRanks(n, [&](int r) {
+    for (int i = 0; i < 64; ++i) x[r][i] = float(r * 100 + i);
+    RequestMsg m = message("w", OpType::kAllreduce, DType::kFloat32, r, {{64}});
+    req[r] = std::make_unique<Request>(m, 0, std::vector<TensorArg>{TensorArg{x[r].data(), x[r].data(), 64}});
+    ranks.ex(r).allreduce({req[r].get()}, responseFor(m), n);
+    req[r]->launched(ranks.ex(r).lastEnd());
+    // The caller's stream waits for the op; the host returns at once, the device still held.
+    callerStream[r] = ranks.dev(r).createStream();
+    EXPECT_TRUE(req[r]->waitOnStream(callerStream[r]).ok());
+    EXPECT_EQ(ranks.ex(r).poll(), 0u) << "launched, not finished";
+    ranks.dev(r).copy(seen[r].data(), x[r].data(), 64 * sizeof(float), callerStream[r]);
+  });
+  for (int r = 0; r < n; ++r) ranks.dev(r).hold(false);
+  for (int r = 0; r < n; ++r) {
+    waitFor(ranks.ex(r), 1);
+    req[r]->complete(Status::success());
+    ranks.dev(r).drain();
+    for (int i = 0; i < 64; ++i) ASSERT_EQ(seen[r][i], float(100 + 2 * i)) << "rank " << r << " element " << i;
+    ranks.dev(r).destroyStream(callerStream[r]);
+  }
+  // Many ops, one after another: a handful of events, reused.
+  runRanks(n, [&](int r) {
+    for (int k = 0; k < 40; ++k) {
+      RequestMsg m = message("k" + std::to_string(k), OpType::kAllreduce, DType::kFloat32, r, {{64}});
+      Request q(m, 0, {TensorArg{x[r].data(), x[r].data(), 64}});
+      ranks.ex(r).allreduce({&q}, responseFor(m), n);
+      waitFor(ranks.ex(r), ranks.ex(r).queued());
+    }
+  });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(ranks.dev(r).count("hostCallback"), 0) << "no host function on the stream";
+    EXPECT_LE(ranks.dev(r).count("createEvent"), 4) << "41 ops, events from the pool";
+    EXPECT_GE(ranks.wakes[r].load(), 1) << "the completion thread wakes the engine";
+    EXPECT_GE(ranks.dev(r).count("commAsyncError"), 41) << "each launch at 2 ranks settles (ncclInProgress)";
   }
 }
 
@@ -458,6 +506,38 @@ TEST(NcclExecutor, SecondCommunicatorOnAGpuIsCappedAndNcclThreadsGetTheProcessAf
     first.reset();
   });
   t.join();
+}
+
+// NCCL needs every rank of a communicator to run the same channels: a cap one rank needs (its GPU
+// holds another of its communicators) is every rank's, at the smallest GPU's share.
+TEST(NcclExecutor, TheCtaCapIsAgreedByEveryRank) {
+  FakeCluster cluster;
+  FakeDevice dev0(cluster, 0, kDevices, /*multiprocessors=*/132), dev1(cluster, 1, kDevices, 108);
+  dev0.launchInProgress(false);
+  ThreadGroup solo(1), pair(2);  // rank r on its device r (the process counts per device)
+  std::unique_ptr<DeviceExecutor> earlier;
+  {
+    ThreadControlPlane control(solo, 0);
+    earlier = createNcclExecutor(dev0, control, 0, 20, DeviceHooks{});  // rank 0's GPU is shared now
+  }
+  std::vector<std::unique_ptr<DeviceExecutor>> ex(2);
+  runRanks(2, [&](int r) {
+    ThreadControlPlane control(pair, r);
+    ex[static_cast<size_t>(r)] = createNcclExecutor(r == 0 ? dev0 : dev1, control, r, 20, DeviceHooks{});
+  });
+  EXPECT_EQ(dev0.lastInitMaxCTAs(), 108 / 8) << "rank 0, whose GPU is shared, at the smaller GPU's share";
+  EXPECT_EQ(dev1.lastInitMaxCTAs(), 108 / 8) << "rank 1, whose GPU is not, caps alike";
+  ex.clear();
+  // Nobody's GPU shared: NCCL's own choice everywhere.
+  earlier.reset();
+  ex.resize(2);
+  runRanks(2, [&](int r) {
+    ThreadControlPlane control(pair, r);
+    ex[static_cast<size_t>(r)] = createNcclExecutor(r == 0 ? dev0 : dev1, control, r, 20, DeviceHooks{});
+  });
+  EXPECT_EQ(dev0.lastInitMaxCTAs(), 0);
+  EXPECT_EQ(dev1.lastInitMaxCTAs(), 0);
+  ex.clear();
 }
 
 TEST(NcclExecutor, DefaultDeviceIsTheLocalRankModuloTheGpus) {

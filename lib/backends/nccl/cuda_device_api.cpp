@@ -133,7 +133,7 @@ class CudaDeviceApi final : public DeviceApi {
 
   EventHandle createEvent() override {
     cudaEvent_t e = nullptr;
-    check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming | cudaEventBlockingSync), "cudaEventCreateWithFlags");
     return e;
   }
 
@@ -155,6 +155,10 @@ class CudaDeviceApi final : public DeviceApi {
     }
     check(err, "cudaEventQuery");
     return false;
+  }
+
+  void synchronizeEvent(EventHandle event) override {
+    check(cudaEventSynchronize(cudaEvent(event)), "cudaEventSynchronize");
   }
 
   void waitEvent(StreamHandle stream, EventHandle event) override {

@@ -51,17 +51,23 @@ class DeviceApi {
   // A non-blocking stream on the current device.
   virtual StreamHandle createStream() = 0;
   virtual void destroyStream(StreamHandle stream) noexcept = 0;
-  virtual EventHandle createEvent() = 0;  // timing disabled
+  // Timing disabled; a host thread that synchronizes on it sleeps (cudaEventBlockingSync) rather
+  // than spinning.
+  virtual EventHandle createEvent() = 0;
   virtual void destroyEvent(EventHandle event) noexcept = 0;
   virtual void recordEvent(EventHandle event, StreamHandle stream) = 0;
   // Whether everything before the event has run; never blocks. cudaErrorNotReady is not an error:
   // it must not stay in the thread's error slot, where the next launch's check would find it.
   // Throws for an error the event reports.
   virtual bool eventDone(EventHandle event) = 0;
+  // Blocks the calling thread until the work before the event's latest record has run
+  // (cudaEventSynchronize); throws for an error the event reports.
+  virtual void synchronizeEvent(EventHandle event) = 0;
   // Later work on `stream` waits for `event`.
   virtual void waitEvent(StreamHandle stream, EventHandle event) = 0;
   // `fn(arg)` runs on a driver thread once `stream` reaches this point (cudaLaunchHostFunc); it
-  // must not call CUDA. Not run if the stream's context is lost: deadlines cover that.
+  // must not call CUDA. The executor does not use it (the stream stalls until the driver's thread
+  // has run it); tests and the GPU probe do.
   virtual void hostCallback(StreamHandle stream, void (*fn)(void *), void *arg) = 0;
 
   // Stream-ordered device memory (cudaMallocAsync / cudaFreeAsync): neither call synchronises

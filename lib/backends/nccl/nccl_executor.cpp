@@ -16,6 +16,7 @@
 #include <mutex>
 #include <thread>
 
+#include "backends/nccl/completions.h"
 #include "backends/nccl/nccl_plan.h"
 #include "base/error.h"
 #include "base/logging.h"
@@ -54,11 +55,14 @@ class WideAffinity {
   bool widened_ = false;
 };
 
-// How many of hora's communicators this process has on each GPU. NCCL's kernels wait on the GPU
-// for their peers; two communicators' kernels that cannot both be resident can wait for each
-// other across ranks. The first communicator on a GPU runs with NCCL's own CTA count; each later
-// one is capped (kSharedCtaShare of the SMs), so that several fit beside the first.
+// How many of hora's communicators this process has on each GPU. The first communicator on a GPU
+// runs with NCCL's own CTA count; when a later one shares it, its kernels are capped
+// (kSharedCtaShare of the SMs) so that they leave room beside the first's (the GPU's turn,
+// core/device_turn.h, is what keeps them from waiting for each other). NCCL requires every rank
+// of a communicator to run the same channels, so the cap is agreed: if any rank's GPU is shared,
+// every rank caps, at the smallest GPU's share (createNcclExecutor).
 constexpr int kSharedCtaShare = 8;
+constexpr int kMaxAgreedCtas = 1024;  // the cap's thermometer code: 16 words of the setup's AND
 std::mutex gShareMutex;
 std::map<int, int> gCommsPerDevice;
 
@@ -102,7 +106,7 @@ class Comm {
       HORA_THROW(HORA_ERR_BACKEND, "creating the NCCL communicator: NCCL error ",
                  api_.ncclErrorString(r), last, where());
     }
-    settle("creating the NCCL communicator", Clock::now() + deadline());
+    settle("creating the NCCL communicator", Clock::now() + deadline(), Settle::kNap);
   }
 
   // Orderly when it can be: finalize (flushes outstanding work, collective with the peers, who
@@ -145,11 +149,12 @@ class Comm {
     }
   }
 
-  // A call on the communicator: in non-blocking mode it may return ncclInProgress, and then the
-  // communicator must settle before the next call.
+  // A call on the communicator: in non-blocking mode it may return ncclInProgress (with two or
+  // more ranks NCCL hands each launch to a thread of its own), and then the communicator must
+  // settle before anything else is queued on the stream: the launch may not have reached it yet.
   void call(int r, const char *what) {
     if (r == kNcclInProgress) {
-      settle(what, Clock::now() + deadline());
+      settle(what, Clock::now() + deadline(), Settle::kSpin);
     } else if (r != kNcclSuccess) {
       fail(HORA_ERR_BACKEND, detail::concat(what, ": NCCL error ", api_.ncclErrorString(r), lastError()));
     }
@@ -162,19 +167,27 @@ class Comm {
     return r != kNcclSuccess ? r : state;
   }
 
+  // How settle() waits: creation takes up to seconds, so it naps (1, 2, 4 ... 1000 us); a launch
+  // takes microseconds, and a nap of even 1 us costs the scheduler's tens, so it spins, yielding.
+  enum class Settle { kNap, kSpin };
+
   // Polls until the communicator is no longer in progress; an error or the deadline aborts it.
-  // (Creation and group calls only: queued work completes by event, not here.)
-  void settle(const char *what, Clock::time_point end) {
+  // (Creation and launches only: queued work completes by event, not here.)
+  void settle(const char *what, Clock::time_point end, Settle how) {
     auto nap = std::chrono::microseconds(1);
-    for (;;) {
+    for (int polls = 0;; ++polls) {
       const int s = state();
       if (s == kNcclSuccess) return;
       if (s != kNcclInProgress) {
         fail(HORA_ERR_BACKEND, detail::concat(what, ": NCCL error ", api_.ncclErrorString(s), lastError()));
       }
-      if (Clock::now() > end) {
+      if ((polls & 63) == 0 && Clock::now() > end) {
         fail(HORA_ERR_TIMEOUT, detail::concat(what, ": not done after ", timeoutS_,
                                               " s (HORA_TIMEOUT_S); a peer may be gone or stuck"));
+      }
+      if (how == Settle::kSpin) {
+        sched_yield();
+        continue;
       }
       std::this_thread::sleep_for(nap);
       nap = std::min(nap * 2, std::chrono::microseconds(1000));
@@ -273,43 +286,36 @@ class GroupCalls {
   const char *what_ = "";
 };
 
-// Shared with the CUDA driver thread that runs stream callbacks, and with the deleters of outputs
-// handed to callers, both of which may outlive the executor.
+// Shared with the deleters of outputs handed to callers, which may outlive the executor.
 struct Shared {
   std::mutex mutex;
-  std::condition_variable cv;
-  std::function<void()> wake;     // cleared when the executor goes
-  std::function<void(uint64_t)> finished;  // likewise
-  uint64_t done = 0;                       // highest ticket whose callback ran
   bool executorGone = false;
   std::vector<void *> returned;  // outputs their owners dropped, for the engine to free
 };
 
-struct Callback {
-  std::shared_ptr<Shared> shared;
-  uint64_t ticket;
+// What a stream-ordered wait makes the caller's stream wait for: an op's end event, held (out of
+// the pool) while the request holds this.
+class EventEnd final : public DeviceEnd {
+ public:
+  EventEnd(gpu::DeviceApi &api, gpu::EventRef event) : api_(api), event_(std::move(event)) {}
+  void streamWait(void *stream) override { api_.waitEvent(stream, event_.get()); }
+
+ private:
+  gpu::DeviceApi &api_;
+  gpu::EventRef event_;
 };
 
-void onStreamReached(void *arg) {
-  std::unique_ptr<Callback> cb(static_cast<Callback *>(arg));
-  std::function<void()> wake;
-  std::function<void(uint64_t)> finished;
-  {
-    std::lock_guard<std::mutex> lock(cb->shared->mutex);
-    cb->shared->done = std::max(cb->shared->done, cb->ticket);
-    wake = cb->shared->wake;
-    finished = cb->shared->finished;
-  }
-  cb->shared->cv.notify_all();
-  if (finished) finished(cb->ticket);
-  if (wake) wake();
-}
+// How long the completion thread asks an op's event before it sleeps on it: a small collective
+// ends within this and is seen at once; a longer one costs the OS's wake-up on top of its time.
+constexpr std::chrono::microseconds kCompletionSpin{50};
 
 class NcclExecutor final : public DeviceExecutor {
  public:
   struct Setup {
     gpu::StreamHandle stream = nullptr;
     gpu::DeviceApi::CancelFlag cancel;
+    std::shared_ptr<DeviceShare> share;  // this communicator's claim on the GPU
+    int maxCTAs = 0;                     // agreed by every rank: 0 is NCCL's choice
   };
 
   NcclExecutor(gpu::DeviceApi &api, ControlPlane &control, int device, double timeoutS,
@@ -320,10 +326,9 @@ class NcclExecutor final : public DeviceExecutor {
         cancel_(setup.cancel),
         hooks_(std::move(hooks)),
         shared_(std::make_shared<Shared>()),
-        share_(device),
+        share_(std::move(setup.share)),
+        completions_(api, device, gpu::Completions::Hooks{hooks_.wake, hooks_.finished}, kCompletionSpin),
         comm_(api, device, control.rank(), control.size(), timeoutS, setup.cancel.host) {
-    shared_->wake = hooks_.wake;
-    shared_->finished = hooks_.finished;
     std::string id;
     if (control.rank() == 0) {  // the id, or why there is none (nobody waits for an id that never comes)
       try {
@@ -334,13 +339,16 @@ class NcclExecutor final : public DeviceExecutor {
     }
     control.broadcastFromRoot(id);
     if (!id.empty() && id[0] == '!') HORA_THROW(HORA_ERR_BACKEND, "no NCCL communicator: ", id.substr(1));
-    const int maxCTAs = share_.before() == 0 ? 0 : std::max(1, api_.multiprocessors(device) / kSharedCtaShare);
+    const int maxCTAs = setup.maxCTAs;
     comm_.init(id, maxCTAs);
     HORA_LOG(kInfo) << "NCCL " << api_.ncclVersion() << " communicator: rank " << comm_.rank()
                     << " of " << comm_.size() << " on cuda:" << device
-                    << (maxCTAs > 0 ? detail::concat(" (at most ", maxCTAs, " CTAs: ", share_.before() + 1,
-                                                     " communicators share this GPU)")
-                                    : std::string());
+                    << (maxCTAs == 0 ? std::string()
+                        : share_->before() > 0
+                            ? detail::concat(" (at most ", maxCTAs, " CTAs, on every rank: ", share_->before() + 1,
+                                             " of this process's communicators share this GPU)")
+                            : detail::concat(" (at most ", maxCTAs, " CTAs, on every rank: another rank's GPU "
+                                             "is shared by several communicators)"));
   }
 
   ~NcclExecutor() override {
@@ -348,24 +356,24 @@ class NcclExecutor final : public DeviceExecutor {
       api_.setDevice(device_);
     } catch (const Error &) {  // teardown goes on: every call below is noexcept
     }
-    // Callbacks still to come find no engine to wake; outputs still held free themselves.
+    // Work still to finish wakes no engine; outputs still held free themselves.
+    completions_.unhook();
     {
       std::lock_guard<std::mutex> lock(shared_->mutex);
-      shared_->wake = nullptr;
-      shared_->finished = nullptr;
       shared_->executorGone = true;
       for (void *p : shared_->returned) api_.release(p, stream_);
       shared_->returned.clear();
     }
     if (fusion_ != nullptr) api_.release(fusion_, stream_);
-    for (const InFlight &f : inFlight_) freeEvents_.push_back(f.event);
-    for (gpu::EventHandle e : freeEvents_) api_.destroyEvent(e);
+    inFlight_.clear();  // their events go back to the pool once the completion thread saw them
     if (reclaimEvent_ != nullptr) api_.destroyEvent(reclaimEvent_);
-    // comm_ is destroyed after this body (finalized, or aborted): then the stream and the flag.
+    // comm_ is destroyed after this body (finalized, or aborted), then the completion thread
+    // once its events completed; then the owner destroys the stream and the flag.
   }
 
   int device() const override { return device_; }
   uint64_t queued() const override { return queued_; }
+  std::shared_ptr<DeviceEnd> lastEnd() const override { return lastEnd_; }
 
   void allreduce(const std::vector<Request *> &requests, const Response &response,
                  int contributors) override {
@@ -403,9 +411,8 @@ class NcclExecutor final : public DeviceExecutor {
         comm_.fail(HORA_ERR_TIMEOUT, detail::concat("waiting for the device's queued work: not done after ",
                                                     seconds, " s"));
       }
-      std::unique_lock<std::mutex> lock(shared_->mutex);
       const uint64_t target = inFlight_.empty() ? queued_ : inFlight_.front().ticket;
-      shared_->cv.wait_for(lock, std::chrono::milliseconds(10), [&] { return shared_->done >= target; });
+      completions_.waitFor(target, std::chrono::milliseconds(10));
     }
   }
 
@@ -414,7 +421,7 @@ class NcclExecutor final : public DeviceExecutor {
  private:
   struct InFlight {
     uint64_t ticket;
-    gpu::EventHandle event;
+    gpu::EventRef event;
     Clock::time_point queuedAt;
     std::string what;  // "allreduce 'grad'"
   };
@@ -437,10 +444,9 @@ class NcclExecutor final : public DeviceExecutor {
 
   // What poll() does: completed ops off the front, then the communicator's health.
   uint64_t check() {
-    uint64_t hostDone;
-    {
-      std::lock_guard<std::mutex> lock(shared_->mutex);
-      hostDone = shared_->done;
+    const uint64_t hostDone = completions_.done();
+    if (const std::string why = completions_.failure(); !why.empty() && !inFlight_.empty()) {
+      comm_.fail(HORA_ERR_BACKEND, detail::concat(inFlight_.front().what, ": waiting for the device: ", why));
     }
     // The communicator's asynchronous error first: a kernel that an error ended lets its stream
     // go on, so its op's event completes, and retiring it before asking would report an op that
@@ -454,10 +460,9 @@ class NcclExecutor final : public DeviceExecutor {
     }
     while (!inFlight_.empty()) {
       InFlight &f = inFlight_.front();
-      if (f.ticket > hostDone && !api_.eventDone(f.event)) break;
+      if (f.ticket > hostDone && !api_.eventDone(f.event.get())) break;
       finished_ = f.ticket;
       lastFinish_ = Clock::now();
-      freeEvents_.push_back(f.event);
       inFlight_.pop_front();
     }
     if (inFlight_.empty()) return finished_;
@@ -487,30 +492,18 @@ class NcclExecutor final : public DeviceExecutor {
     }
   }
 
-  // Queues the op's completion: an event (what poll() asks) and a stream callback (what wakes
-  // the engine, without it polling); scratch is released in stream order.
+  // Queues the op's end: an event from the pool, which the completion thread watches (it wakes
+  // the engine) and poll() asks; scratch is released in stream order.
   void end(std::string what) {
-    gpu::EventHandle event;
-    if (freeEvents_.empty()) {
-      event = api_.createEvent();
-    } else {
-      event = freeEvents_.back();
-      freeEvents_.pop_back();
-    }
+    gpu::EventRef event = completions_.take();
+    api_.recordEvent(event.get(), stream_);
     const uint64_t ticket = queued_ + 1;
-    try {
-      api_.recordEvent(event, stream_);
-      auto cb = std::make_unique<Callback>(Callback{shared_, ticket});
-      api_.hostCallback(stream_, onStreamReached, cb.get());
-      cb.release();  // the callback owns it now
-    } catch (...) {
-      freeEvents_.push_back(event);
-      throw;
-    }
     queued_ = ticket;
     for (void *p : scratch_) api_.release(p, stream_);
     scratch_.clear();
-    inFlight_.push_back(InFlight{ticket, event, Clock::now(), std::move(what)});
+    completions_.watch(ticket, event);
+    lastEnd_ = std::make_shared<EventEnd>(api_, event);
+    inFlight_.push_back(InFlight{ticket, std::move(event), Clock::now(), std::move(what)});
     firstOp_ = false;
   }
 
@@ -832,9 +825,9 @@ class NcclExecutor final : public DeviceExecutor {
   gpu::DeviceApi::CancelFlag cancel_;
   DeviceHooks hooks_;
   std::shared_ptr<Shared> shared_;
-  DeviceShare share_;
+  std::shared_ptr<DeviceShare> share_;
   std::deque<InFlight> inFlight_;
-  std::vector<gpu::EventHandle> freeEvents_;
+  std::shared_ptr<DeviceEnd> lastEnd_;  // the last op's, for stream-ordered waits
   gpu::EventHandle reclaimEvent_ = nullptr;
   std::vector<void *> scratch_;  // this op's
   void *fusion_ = nullptr;
@@ -844,6 +837,9 @@ class NcclExecutor final : public DeviceExecutor {
   bool firstOp_ = true;  // NCCL connects lazily at a communicator's first op (threads too)
   Clock::time_point lastFinish_ = Clock::now();
   Clock::time_point lastPeerCheck_{};
+  // Destroyed after comm_: its thread ends once the events it watches completed, which they do
+  // once the communicator is finalised or aborted.
+  gpu::Completions completions_;
   // Last: destroyed first, so that its kernels are finalised or aborted before the stream and
   // flag they use go (the owner below destroys those).
   Comm comm_;
@@ -855,6 +851,7 @@ class OwnedExecutor final : public DeviceExecutor {
  public:
   OwnedExecutor(gpu::DeviceApi &api, int device, NcclExecutor::Setup setup)
       : api_(api), device_(device), setup_(setup) {}
+  void agreed(const NcclExecutor::Setup &setup) { setup_.maxCTAs = setup.maxCTAs; }
   ~OwnedExecutor() override {
     inner_.reset();
     try {
@@ -881,6 +878,7 @@ class OwnedExecutor final : public DeviceExecutor {
     inner_->reducescatter(requests, responses, contributors);
   }
   uint64_t queued() const override { return inner_->queued(); }
+  std::shared_ptr<DeviceEnd> lastEnd() const override { return inner_->lastEnd(); }
   uint64_t poll() override { return inner_->poll(); }
   void drain(double seconds) override { inner_->drain(seconds); }
   void abort(const std::string &why) override { inner_->abort(why); }
@@ -902,14 +900,18 @@ int defaultCudaDevice(gpu::DeviceApi &api, int localRank) {
 
 std::unique_ptr<DeviceExecutor> createNcclExecutor(gpu::DeviceApi &api, ControlPlane &control,
                                                    int device, double timeoutS, DeviceHooks hooks) {
-  // 1. This rank's CUDA, every failure caught: the ranks agree on it before anyone waits for an id.
+  // 1. This rank's CUDA, every failure caught: the ranks agree on it before anyone waits for an
+  // id, and on the CTA cap in the same AND.
   NcclExecutor::Setup setup;
+  setup.share = std::make_shared<DeviceShare>(device);
   std::string failure;
+  int ctaShare = kMaxAgreedCtas;  // this GPU's, if a cap is agreed
   try {
     api.setDevice(device);
     if (std::string why = api.kernelsRunOn(device); !why.empty()) HORA_THROW(HORA_ERR_BACKEND, why);
     setup.stream = api.createStream();
     setup.cancel = api.createCancelFlag();
+    ctaShare = std::clamp(api.multiprocessors(device) / kSharedCtaShare, 1, kMaxAgreedCtas);
   } catch (const Error &e) {
     failure = e.message();
   } catch (const std::exception &e) {
@@ -917,9 +919,22 @@ std::unique_ptr<DeviceExecutor> createNcclExecutor(gpu::DeviceApi &api, ControlP
   }
   auto owned = std::make_unique<OwnedExecutor>(api, device, setup);
   const int size = control.size(), rank = control.rank();
-  std::vector<uint64_t> ok(static_cast<size_t>((size + 63) / 64), ~uint64_t{0});
+  // Words: one bit per rank (its setup worked); one bit "no rank shares its GPU"; the smallest
+  // share as a thermometer (bit i set for i < share: the AND keeps the smallest).
+  const size_t rankWords = static_cast<size_t>((size + 63) / 64), capWord = rankWords;
+  std::vector<uint64_t> ok(rankWords + 1 + kMaxAgreedCtas / 64, ~uint64_t{0});
   if (!failure.empty()) ok[static_cast<size_t>(rank / 64)] &= ~(uint64_t{1} << (rank % 64));
+  if (setup.share->before() > 0) ok[capWord] = 0;
+  for (int i = ctaShare; i < kMaxAgreedCtas; ++i) {
+    ok[capWord + 1 + static_cast<size_t>(i / 64)] &= ~(uint64_t{1} << (i % 64));
+  }
   control.allreduceAnd(ok);
+  if (ok[capWord] == 0) {
+    for (int i = 0; i < kMaxAgreedCtas && (ok[capWord + 1 + static_cast<size_t>(i / 64)] >> (i % 64) & 1u); ++i) {
+      setup.maxCTAs = i + 1;
+    }
+  }
+  owned->agreed(setup);
   std::string failed;
   for (int r = 0; r < size; ++r) {
     if ((ok[static_cast<size_t>(r / 64)] >> (r % 64) & 1u) == 0) {
