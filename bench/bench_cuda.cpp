@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The raw NCCL column of hora-bench --device cuda.
+// The raw NCCL columns of hora-bench and hora-grads --device cuda.
 #include "bench_cuda.h"
 
 #include <stdexcept>
@@ -73,15 +73,23 @@ int CudaSide::deviceCount() {
   return n;
 }
 
-CudaSide::CudaSide(int localRank, size_t capacity) : impl_(new Impl) {
+std::string CudaSide::whyNoDevice() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e == cudaSuccess) return n > 0 ? "" : "cudaGetDeviceCount found 0 devices";
+  cudaGetLastError();
+  return std::string("cudaGetDeviceCount: ") + cudaGetErrorString(e);
+}
+
+CudaSide::CudaSide(int localRank, size_t sendBytes, size_t recvBytes) : impl_(new Impl) {
   const int gpus = deviceCount();
   if (gpus == 0) throw std::runtime_error("--device cuda: no CUDA device is visible");
   impl_->device = localRank % gpus;
   impl_->rank = worldRank();
   impl_->size = worldSize();
   cudaCheck(cudaSetDevice(impl_->device), "cudaSetDevice");
-  cudaCheck(cudaMalloc(&impl_->send, capacity + 1), "cudaMalloc");
-  cudaCheck(cudaMalloc(&impl_->recv, capacity + 1), "cudaMalloc");
+  cudaCheck(cudaMalloc(&impl_->send, sendBytes + 1), "cudaMalloc");
+  if (recvBytes > 0) cudaCheck(cudaMalloc(&impl_->recv, recvBytes + 1), "cudaMalloc");
   cudaCheck(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking), "cudaStreamCreate");
   ncclUniqueId id;
   if (impl_->rank == 0) ncclCheck(ncclGetUniqueId(&id), "ncclGetUniqueId");
@@ -98,6 +106,7 @@ CudaSide::~CudaSide() {
 }
 
 int CudaSide::device() const { return impl_->device; }
+void *CudaSide::stream() const { return impl_->stream; }
 void *CudaSide::send() const { return impl_->send; }
 void *CudaSide::recv() const { return impl_->recv; }
 
@@ -145,6 +154,13 @@ void CudaSide::ncclOnce(NcclColl coll, const std::string &dtype, const std::stri
   }
 }
 
+void CudaSide::allreduceInPlace(void *data, int64_t count, const std::string &dtype,
+                                const std::string &op) {
+  ncclCheck(ncclAllReduce(data, data, static_cast<size_t>(count), ncclTypeNamed(dtype),
+                          ncclOpNamed(op), impl_->comm, impl_->stream),
+            "ncclAllReduce");
+}
+
 void CudaSide::synchronize() { cudaCheck(cudaStreamSynchronize(impl_->stream), "cudaStreamSynchronize"); }
 
 }  // namespace hora::bench
@@ -155,14 +171,17 @@ namespace hora::bench {
 
 struct CudaSide::Impl {};
 int CudaSide::deviceCount() { return 0; }
-CudaSide::CudaSide(int, size_t) { throw std::runtime_error("this build has no NCCL backend"); }
+std::string CudaSide::whyNoDevice() { return "this build has no NCCL backend"; }
+CudaSide::CudaSide(int, size_t, size_t) { throw std::runtime_error("this build has no NCCL backend"); }
 CudaSide::~CudaSide() = default;
 int CudaSide::device() const { return -1; }
+void *CudaSide::stream() const { return nullptr; }
 void *CudaSide::send() const { return nullptr; }
 void *CudaSide::recv() const { return nullptr; }
 void CudaSide::upload(void *, const void *, size_t) {}
 void CudaSide::download(void *, const void *, size_t) const {}
 void CudaSide::ncclOnce(NcclColl, const std::string &, const std::string &, int64_t, int) {}
+void CudaSide::allreduceInPlace(void *, int64_t, const std::string &, const std::string &) {}
 void CudaSide::synchronize() {}
 
 }  // namespace hora::bench

@@ -167,7 +167,8 @@ void usage(FILE *f) {
       "                   launcher, Gloo only where built and every rank sees one /tmp)\n"
       "  --device cuda    tensors on the GPU (local rank modulo the GPUs seen), hora on NCCL, and\n"
       "                   a raw NCCL column on the same buffers instead of MPI, Gloo and memcpy\n"
-      "                   (builds with NCCL only)\n"
+      "                   (builds with NCCL only): -n ops on one stream, one synchronisation;\n"
+      "                   with --blocking 1 each op synchronised before the next (a median op)\n"
       "  --json FILE      every row, every column, as JSON (written by rank 0)\n"
       "  --plot FILE.png  busbw against size, drawn by gnuplot (package gnuplot-nox) on rank 0\n"
       "\n"
@@ -693,11 +694,19 @@ class Bench {
   void ncclOnce() { cuda_->ncclOnce(ncclColl(), type_.name, op_.name, shape_.count, opt_.root); }
 
   // Like nccl-tests: -n collectives queued back to back on the stream, one synchronisation.
+  // --blocking 1 times NCCL as it times hora: each op waited for (a stream synchronisation)
+  // before the next, with a median op, so that the two latencies compare.
   Timing timeNccl() {
-    return timeLoop([&](int k, std::vector<double> *) {
-      for (int i = 0; i < k; ++i) ncclOnce();
-      cuda_->synchronize();
-    }, opt_.warmup, false);
+    return timeLoop([&](int k, std::vector<double> *stamps) {
+      for (int i = 0; i < k; ++i) {
+        ncclOnce();
+        if (opt_.blocking) {
+          cuda_->synchronize();
+          if (stamps) stamps->push_back(now());
+        }
+      }
+      if (!opt_.blocking) cuda_->synchronize();
+    }, opt_.warmup, opt_.blocking);
   }
   int64_t verifyNccl() {
     fillInputs(false);
@@ -943,7 +952,10 @@ class Report {
     if (o.mpi) table_.addGroup("raw MPI", rawColumns());
     if (gloo) table_.addGroup("Gloo", rawColumns());
     if (o.memcpy) table_.addGroup("memcpy", {{"time", "(us)", 7}, {"GB/s", "", 6}});
-    if (cuda) table_.addGroup("raw NCCL", {{"time", "(us)", 7}, {"busbw", "(GB/s)", 6}});
+    if (cuda)  // --blocking 1 waits for each NCCL op too: a median op, as hora's
+      table_.addGroup("raw NCCL", o.blocking ? rawColumns()
+                                             : std::vector<Table::Column>{{"time", "(us)", 7},
+                                                                          {"busbw", "(GB/s)", 6}});
     std::vector<Table::Column> ratios;
     for (size_t p : ran_) {
       const std::string who = multi_ ? planes[p].name : "hora";
@@ -991,6 +1003,7 @@ class Report {
     for (const Timing *t : {&r.memcpy, &r.nccl}) {
       if ((t == &r.memcpy && !o_.memcpy) || (t == &r.nccl && !cuda_)) continue;
       cells.push_back(formatTime(t->timeUs));
+      if (t == &r.nccl && o_.blocking) cells.push_back(formatTime(t->medianUs));
       cells.push_back(formatFixed(t->busbw, 2));
     }
     for (size_t p : ran_) {
@@ -1244,7 +1257,9 @@ int run(int argc, char **argv) {
       std::printf("# memcpy: every rank copies size bytes at once; GB/s = size / time\n");
     if (cudaMode)
       std::printf("# --device cuda: every tensor on the rank's GPU (local rank %% GPUs); raw NCCL: "
-                  "-n ops on one stream, one synchronisation, on the same buffers\n");
+                  "%s, on the same buffers\n",
+                  opt.blocking ? "each op then a stream synchronisation; median = the median op"
+                               : "-n ops on one stream, one synchronisation");
     std::printf("# busbw = algbw x %s; ratios: hora's algbw (%s) over the column's\n",
                 coll->coll == Coll::kAllreduce ? "2(n-1)/n" : bcast ? "1" : "(n-1)/n",
                 bcast ? "in place" : "out of place");
@@ -1272,7 +1287,7 @@ int run(int argc, char **argv) {
       plane.ran = true;
       if (cudaMode && !cuda) {
         try {
-          cuda = std::make_unique<CudaSide>(hora_local_rank(), capacity);
+          cuda = std::make_unique<CudaSide>(hora_local_rank(), capacity, capacity);
         } catch (const std::exception &e) {
           failHere(std::string("--device cuda: ") + e.what());
         }

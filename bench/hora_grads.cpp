@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // hora-grads: one data-parallel gradient step of a real model's tensors, hora on each plane
-// against raw MPI and Gloo.
+// against raw MPI and Gloo, or on the GPU against raw NCCL.
 
+#include "bench_cuda.h"
 #include "bench_util.h"
 #include "raw_gloo.h"
 #include "world.h"
@@ -34,6 +35,9 @@
 #ifndef HORA_GRADS_INSTALLED_DIR
 #define HORA_GRADS_INSTALLED_DIR "/usr/local/share/hora"
 #endif
+#ifndef HORA_BENCH_CUDA
+#define HORA_BENCH_CUDA 0
+#endif
 
 namespace hora::bench {
 namespace {
@@ -48,14 +52,21 @@ struct Options {
   bool check = true;
   bool mpi = true, gloo = true;
   std::string planes;  // --planes, "" = defaultPlanes()
+  std::string device = "cpu";  // cpu, or cuda: the gradients on the GPU against raw NCCL
   std::string json;
 };
+
+// hora-grads --device cuda where this process sees no GPU: what a test harness reads as "skipped".
+constexpr int kExitNoDevice = 77;
+// --device cuda in a build without NCCL.
+constexpr int kExitNoNccl = 2;
 
 void usage(FILE *f) {
   std::fprintf(
       f,
       "usage: mpirun -np N hora-grads [--model FILE]... [--steps N] [--warmup N] [--latency N]\n"
-      "         [--planes LIST] [--mpi 0|1] [--gloo 0|1] [-c 0|1] [--json FILE]\n"
+      "         [--planes LIST] [--mpi 0|1] [--gloo 0|1] [--device cpu|cuda] [-c 0|1]\n"
+      "         [--json FILE]\n"
       "   or: tools/horarun -np N hora-grads ...   (or torchrun-style variables: MASTER_ADDR,\n"
       "       MASTER_PORT, RANK, WORLD_SIZE; or srun)\n"
       "\n"
@@ -75,6 +86,10 @@ void usage(FILE *f) {
       "                HORA_HIERARCHICAL=on / off, PLANE:horovod hierarchically with one rank\n"
       "                per host across (Horovod's way)\n"
       "  --mpi 0, --gloo 0   drop the raw MPI (only under an MPI launcher anyway) or Gloo rows\n"
+      "  --device cuda the gradients on the GPU (local rank modulo the GPUs seen), hora on NCCL,\n"
+      "                against raw NCCL on the same buffers (below); --planes, --mpi, --gloo and\n"
+      "                --latency do not apply. Runs without mpirun too: one process is a world\n"
+      "                of one. Exits 77 where a rank sees no GPU, 2 in a build without NCCL\n"
       "  -c, --check   verify the last step of every variant (default 1)\n"
       "  --json FILE   every figure as JSON (written by rank 0)\n"
       "\n"
@@ -96,7 +111,18 @@ void usage(FILE *f) {
       "GB/s = gradient bytes / median step time. vs hora = the row's median / the first plane's\n"
       "hora (fusion on) median: above 1, that hora is faster.\n"
       "Latency: a blocking 4-byte allreduce (hora: submit + wait), each call's slowest rank, the\n"
-      "median and the mean over N calls, per plane, against MPI_Allreduce and Gloo's allreduce.\n");
+      "median and the mean over N calls, per plane, against MPI_Allreduce and Gloo's allreduce.\n"
+      "\n"
+      "--device cuda: one gradient buffer in device memory, each tensor a slice of it; hora as\n"
+      "launched (its fusion knobs as set), on the benchmark's stream (hora_cuda_set_stream). Rows:\n"
+      "  hora (NCCL)          hora_allreduce_async per tensor (kDLCUDA), reverse order, then\n"
+      "                       hora_wait on each\n"
+      "  NCCL per tensor      one ncclAllReduce per tensor in place, reverse order, queued back to\n"
+      "                       back on one stream, then one stream synchronisation\n"
+      "  NCCL flat (1 call)   one ncclAllReduce of the whole buffer, then the synchronisation\n"
+      "Below the table, per model: hora / NCCL per tensor (median and mean) and hora's cost per\n"
+      "tensor above it, (hora - NCCL per tensor) / tensors. The check fills tensor i on rank r\n"
+      "with (r + 1)(i mod 97 + 1) + (element mod 7) and compares the sums on the host.\n");
 }
 
 std::vector<OptionSpec> optionSpecs(Options *o) {
@@ -136,6 +162,12 @@ std::vector<OptionSpec> optionSpecs(Options *o) {
          int64_t n = 0;
          if (!parseInt(v, 0, 1, &n)) return "expected 0 or 1";
          o->gloo = n != 0;
+         return "";
+       }},
+      {{"--device"},
+       [o](const char *v) -> std::string {
+         if (std::strcmp(v, "cpu") != 0 && std::strcmp(v, "cuda") != 0) return "expected cpu or cuda";
+         o->device = v;
          return "";
        }},
       {{"-c", "--check"},
@@ -260,6 +292,29 @@ const char *const kRawLabels[kRaws] = {"MPI per tensor", "MPI flat (1 call)", "G
                                        "Gloo flat (1 call)"};
 const char *const kRawKeys[kRaws] = {"mpi_per_tensor", "mpi_flat", "gloo_per_tensor", "gloo_flat"};
 
+// Warm-up steps, then timed ones. The sums grow step by step (in place); the buffer is filled
+// afresh, untimed, before the last step, whose result is then checked.
+Result measureSteps(const Options &opt, int64_t bytes, const std::function<void()> &step,
+                    const std::function<void()> &fill,
+                    const std::function<int64_t()> &countWrong) {
+  Result r;
+  r.ran = true;
+  for (int i = 0; i < opt.warmup; ++i) step();
+  for (int i = 0; i < opt.steps; ++i) {
+    if (opt.check && i == opt.steps - 1) fill();
+    barrier();
+    const double t0 = now();
+    step();
+    r.stepMs.push_back(slowestRank(now() - t0) * 1e3);
+  }
+  if (opt.check) r.wrong = sumOverRanks(countWrong());
+  r.medianMs = median(r.stepMs);
+  r.meanMs = mean(r.stepMs);
+  r.minMs = *std::min_element(r.stepMs.begin(), r.stepMs.end());
+  r.gbs = static_cast<double>(bytes) / (r.medianMs * 1e6);
+  return r;
+}
+
 // One model's gradient buffer (float32, one allocation; each tensor a slice of it) and the steps
 // that reduce it.
 class Step {
@@ -333,25 +388,8 @@ class Step {
     gloo.allreduce(data(), data(), m_.elems, 4, reduceFunction(Kind::kF32, HORA_OP_SUM));
   }
 
-  // Warm-up steps, then timed ones. The sums grow step by step (in place); the buffer is filled
-  // afresh, untimed, before the last step, whose result is then checked.
   Result measure(const Options &opt, const std::function<void()> &step) {
-    Result r;
-    r.ran = true;
-    for (int i = 0; i < opt.warmup; ++i) step();
-    for (int i = 0; i < opt.steps; ++i) {
-      if (opt.check && i == opt.steps - 1) fill();
-      barrier();
-      const double t0 = now();
-      step();
-      r.stepMs.push_back(slowestRank(now() - t0) * 1e3);
-    }
-    if (opt.check) r.wrong = sumOverRanks(countWrong());
-    r.medianMs = median(r.stepMs);
-    r.meanMs = mean(r.stepMs);
-    r.minMs = *std::min_element(r.stepMs.begin(), r.stepMs.end());
-    r.gbs = static_cast<double>(m_.bytes()) / (r.medianMs * 1e6);
-    return r;
+    return measureSteps(opt, m_.bytes(), step, [this] { fill(); }, [this] { return countWrong(); });
   }
 
  private:
@@ -361,6 +399,96 @@ class Step {
   std::vector<int64_t> shapes_;
   std::vector<hora_request_t> requests_;
   float input_[7], expected_[7];
+};
+
+// --device cuda: the model's gradient buffer in device memory (CudaSide's send buffer; each
+// tensor a slice, as on the CPU) and the steps that reduce it, hora on NCCL and raw NCCL. A copy
+// of it on the host fills it and checks it.
+class CudaStep {
+ public:
+  CudaStep(const Model &m, CudaSide &cuda, int rank, int n)
+      : m_(m), cuda_(cuda), rank_(rank), n_(n), host_(static_cast<size_t>(m.bytes())) {
+    for (const Tensor &t : m.tensors) {
+      names_.push_back("grads." + m.name + "." + t.name);
+      shapes_.push_back(t.numel);
+    }
+    requests_.resize(m.tensors.size());
+    fill();
+  }
+
+  float *device() const { return static_cast<float *>(cuda_.send()); }
+
+  // Tensor i, element k on rank r: (r + 1)(i mod 97 + 1) + k mod 7. A tensor's values name the
+  // tensor and the rank, and the element's place in it; the sums stay small integers, exact in
+  // float32 whatever order NCCL adds in.
+  void fill() {
+    float *h = reinterpret_cast<float *>(host_.data());
+    for (size_t i = 0; i < m_.tensors.size(); ++i) {
+      const float base = static_cast<float>((rank_ + 1) * (static_cast<int64_t>(i) % 97 + 1));
+      float *t = h + m_.tensors[i].offset;
+      for (int64_t k = 0, j = 0; k < m_.tensors[i].numel; ++k, j = j == 6 ? 0 : j + 1)
+        t[k] = base + static_cast<float>(j);
+    }
+    cuda_.upload(device(), h, static_cast<size_t>(m_.bytes()));
+  }
+
+  int64_t countWrong() {
+    float *h = reinterpret_cast<float *>(host_.data());
+    cuda_.download(h, device(), static_cast<size_t>(m_.bytes()));
+    const int64_t ranks = n_;
+    int64_t wrong = 0;
+    for (size_t i = 0; i < m_.tensors.size(); ++i) {
+      const float base =
+          static_cast<float>((static_cast<int64_t>(i) % 97 + 1) * ranks * (ranks + 1) / 2);
+      const float *t = h + m_.tensors[i].offset;
+      for (int64_t k = 0, j = 0; k < m_.tensors[i].numel; ++k, j = j == 6 ? 0 : j + 1)
+        wrong += t[k] != base + static_cast<float>(ranks * j);
+    }
+    return wrong;
+  }
+
+  // Every tensor submitted in reverse order, in place, then each waited for.
+  void hora() {
+    const size_t count = m_.tensors.size();
+    for (size_t i = count; i-- > 0;) {
+      DLTensor t = cpuTensor(device() + m_.tensors[i].offset, DLDataType{kDLFloat, 32, 1},
+                             &shapes_[i]);
+      t.device = DLDevice{kDLCUDA, cuda_.device()};
+      checkHora(hora_allreduce_async(names_[i].c_str(), &t, &t, HORA_OP_SUM, 1.0, 1.0, 0,
+                                     &requests_[count - 1 - i]),
+                "hora_allreduce_async");
+    }
+    for (hora_request_t &r : requests_) {
+      checkHora(hora_wait(r), "hora_wait");
+      hora_request_free(r);
+      r = nullptr;
+    }
+  }
+
+  // As nccl-tests queues its ops: back to back on one stream, one synchronisation.
+  void ncclPerTensor() {
+    for (size_t i = m_.tensors.size(); i-- > 0;)
+      cuda_.allreduceInPlace(device() + m_.tensors[i].offset, m_.tensors[i].numel, "float", "sum");
+    cuda_.synchronize();
+  }
+
+  void ncclFlat() {
+    cuda_.allreduceInPlace(device(), m_.elems, "float", "sum");
+    cuda_.synchronize();
+  }
+
+  Result measure(const Options &opt, const std::function<void()> &step) {
+    return measureSteps(opt, m_.bytes(), step, [this] { fill(); }, [this] { return countWrong(); });
+  }
+
+ private:
+  const Model &m_;
+  CudaSide &cuda_;
+  const int rank_, n_;
+  Buffer host_;
+  std::vector<std::string> names_;
+  std::vector<int64_t> shapes_;
+  std::vector<hora_request_t> requests_;
 };
 
 // One --planes entry and what it measured.
@@ -483,6 +611,177 @@ void writeJson(FILE *f, const Options &o, int n, const char *fusionEnv,
   j.endObject();
 }
 
+// ---- --device cuda -----------------------------------------------------------------------------
+
+enum CudaVariant { kHoraNccl, kNcclPerTensor, kNcclFlat, kCudaVariants };
+const char *const kCudaLabels[kCudaVariants] = {"hora (NCCL)", "NCCL per tensor",
+                                                "NCCL flat (1 call)"};
+const char *const kCudaKeys[kCudaVariants] = {"hora", "nccl_per_tensor", "nccl_flat"};
+
+struct CudaModelResult {
+  const Model *model;
+  Result r[kCudaVariants];
+};
+
+// What hora's step costs per tensor above raw NCCL's per-tensor calls, in us: the engine's and
+// fusion's share of a step, spread over its tensors (negative where fusion gains more).
+double usPerTensorAbove(double horaMs, double ncclMs, const Model &m) {
+  return (horaMs - ncclMs) * 1e3 / static_cast<double>(m.tensors.size());
+}
+
+// --device cuda where it cannot run: kExitNoNccl in a build without NCCL, kExitNoDevice where a
+// rank sees no GPU (rank 0 says why, on stderr); 0 where it can. Collective.
+int cudaUnavailable(int rank, int n) {
+  if (!HORA_BENCH_CUDA) {
+    if (rank == 0)
+      std::fprintf(stderr, "%s: --device cuda: this build has no NCCL backend (meson found no "
+                   "CUDA, NCCL or nvcc)\n", programName());
+    return kExitNoNccl;
+  }
+  const std::string why = CudaSide::whyNoDevice();
+  const int64_t without = sumOverRanks(static_cast<int64_t>(!why.empty()));
+  if (without == 0) return 0;
+  if (rank == 0) {
+    if (!why.empty())
+      std::fprintf(stderr, "%s: no CUDA device: %s\n", programName(), why.c_str());
+    else
+      std::fprintf(stderr, "%s: no CUDA device on %lld of %d ranks\n", programName(),
+                   static_cast<long long>(without), n);
+  }
+  return kExitNoDevice;
+}
+
+void writeCudaJson(FILE *f, const Options &o, int n, const char *fusionEnv,
+                   const std::string &plane, int device,
+                   const std::vector<CudaModelResult> &results) {
+  JsonWriter j(f);
+  j.beginObject();
+  j.field("device", "cuda").field("ranks", n).field("steps", o.steps).field("warmup", o.warmup);
+  j.field("dtype", "float32").field("op", "sum").field("check", o.check);
+  j.field("launcher", launcherName()).field("plane", plane).field("gpu", device);
+  if (fusionEnv) j.field("fusion_threshold_env", fusionEnv); else j.key("fusion_threshold_env").null();
+  j.key("models").beginArray();
+  for (const CudaModelResult &mr : results) {
+    const Model &m = *mr.model;
+    j.beginObject().field("name", m.name).field("file", m.file);
+    j.field("tensors", static_cast<int64_t>(m.tensors.size())).field("elements", m.elems);
+    j.field("bytes", m.bytes());
+    for (int v = 0; v < kCudaVariants; ++v) writeResult(j, o, kCudaKeys[v], mr.r[v]);
+    const Result &h = mr.r[kHoraNccl], &raw = mr.r[kNcclPerTensor], &flat = mr.r[kNcclFlat];
+    j.field("hora_over_nccl_per_tensor", h.medianMs / raw.medianMs);
+    j.field("hora_over_nccl_per_tensor_mean", h.meanMs / raw.meanMs);
+    j.field("hora_over_nccl_flat", h.medianMs / flat.medianMs);
+    j.field("us_per_tensor_above_nccl_per_tensor", usPerTensorAbove(h.medianMs, raw.medianMs, m));
+    j.field("us_per_tensor_above_nccl_per_tensor_mean", usPerTensorAbove(h.meanMs, raw.meanMs, m));
+    j.endObject();
+  }
+  j.endArray();
+  j.endObject();
+}
+
+// The step on the GPU: hora on NCCL (one start, as launched) against raw NCCL on the same buffer.
+int runCuda(const Options &opt, const std::vector<ModelResult> &loaded, int rank, int n) {
+  const std::string plane = launchedBackend().empty() ? std::string("auto") : launchedBackend();
+  std::string why;
+  if (!startPlane(plane, "", &why)) failHere("--device cuda: hora could not start: " + why);
+  int64_t most = 0;
+  for (const ModelResult &mr : loaded) most = std::max(most, mr.model.bytes());
+  std::unique_ptr<CudaSide> cuda;
+  try {
+    cuda = std::make_unique<CudaSide>(hora_local_rank(), static_cast<size_t>(most), 0);
+  } catch (const std::exception &e) {
+    failHere(std::string("--device cuda: ") + e.what());
+  }
+  // As a framework does: hora's work waits for what the caller queued on its own stream.
+  checkHora(hora_cuda_set_stream(cuda->stream()), "hora_cuda_set_stream");
+  const char *fusion = std::getenv(kFusionKnob);
+  const std::vector<RankInfo> ranks = gatherRanks();
+  if (rank == 0) {
+    std::printf("# hora-grads --device cuda: %d ranks, float32 allreduce sum in place, %d steps "
+                "after %d warm-up, check %s\n", n, opt.steps, opt.warmup,
+                opt.check ? "on" : "off");
+    std::printf("# launched by %s; hora as launched (HORA_CPU_BACKEND=%s, %s=%s), its CUDA "
+                "tensors on NCCL\n", launcherName(), plane.c_str(), kFusionKnob,
+                fusion ? fusion : "(default)");
+    std::printf("# gradients: one buffer on each rank's GPU (local rank %% GPUs; rank 0: cuda:%d), "
+                "each tensor a slice\n", cuda->device());
+    std::printf("# hora: every tensor submitted async in reverse order on the benchmark's stream "
+                "(hora_cuda_set_stream), then a wait for all\n");
+    std::printf("# NCCL per tensor: an ncclAllReduce per tensor, in place, reverse order, back to "
+                "back on one stream, one synchronisation; flat: one ncclAllReduce of the buffer\n");
+    std::printf("# time: slowest rank per step (after a barrier); median, mean and min over "
+                "steps; GB/s = gradient bytes / median\n");
+    std::printf("# vs hora: median time / hora's median; above 1: hora is faster\n");
+    printRanks(stdout, ranks);
+    std::printf("#\n");
+    std::fflush(stdout);
+  }
+
+  std::vector<CudaModelResult> results;
+  int64_t wrong = 0;
+  for (const ModelResult &mr : loaded) {
+    CudaModelResult cr{&mr.model, {}};
+    CudaStep step(mr.model, *cuda, rank, n);
+    cr.r[kHoraNccl] = step.measure(opt, [&] { step.hora(); });
+    cr.r[kNcclPerTensor] = step.measure(opt, [&] { step.ncclPerTensor(); });
+    cr.r[kNcclFlat] = step.measure(opt, [&] { step.ncclFlat(); });
+    for (const Result &r : cr.r) wrong += r.wrong;
+    results.push_back(cr);
+  }
+
+  int status = wrong ? 1 : 0;
+  if (rank == 0) {
+    Table table;
+    table.addGroup("", {{"model", "", 12, true}, {"tensors", "", 7}, {"MB", "", 7}});
+    table.addGroup("", {{"variant", "", 22, true}});
+    table.addGroup("step time", {{"median", "(ms)", 8}, {"mean", "(ms)", 8}, {"min", "(ms)", 8}});
+    table.addGroup("", {{"GB/s", "", 6}, {"vs hora", "", 7}, {"#wrong", "", 5}});
+    table.printHeader(stdout);
+    for (const CudaModelResult &cr : results) {
+      const Model &m = *cr.model;
+      for (int v = 0; v < kCudaVariants; ++v) {
+        const Result &r = cr.r[v];
+        table.printRow(stdout,
+                       {v == 0 ? m.name : "", v == 0 ? std::to_string(m.tensors.size()) : "",
+                        v == 0 ? formatFixed(m.bytes() / 1e6, 1) : "", kCudaLabels[v],
+                        formatFixed(r.medianMs, 3), formatFixed(r.meanMs, 3),
+                        formatFixed(r.minMs, 3), formatFixed(r.gbs, 1),
+                        ratioText(r.medianMs, cr.r[kHoraNccl].medianMs),
+                        opt.check ? std::to_string(r.wrong) : "N/A"});
+      }
+    }
+    for (const CudaModelResult &cr : results) {
+      const Model &m = *cr.model;
+      const Result &h = cr.r[kHoraNccl], &raw = cr.r[kNcclPerTensor];
+      std::printf("# %s: hora / NCCL per tensor %s (median), %s (mean); hora above NCCL per "
+                  "tensor: %s us per tensor (median), %s (mean), %zu tensors; hora / NCCL flat "
+                  "%s (median)\n",
+                  m.name.c_str(), ratioText(h.medianMs, raw.medianMs).c_str(),
+                  ratioText(h.meanMs, raw.meanMs).c_str(),
+                  formatFixed(usPerTensorAbove(h.medianMs, raw.medianMs, m), 2).c_str(),
+                  formatFixed(usPerTensorAbove(h.meanMs, raw.meanMs, m), 2).c_str(),
+                  m.tensors.size(),
+                  ratioText(h.medianMs, cr.r[kNcclFlat].medianMs).c_str());
+    }
+    std::printf("# Wrong values: %lld %s\n", static_cast<long long>(wrong),
+                !opt.check ? "(not checked)" : wrong ? "FAILED" : "OK");
+    std::fflush(stdout);
+    if (!opt.json.empty()) {
+      FILE *f = std::fopen(opt.json.c_str(), "w");
+      if (!f) {
+        std::fprintf(stderr, "%s: cannot write %s: %s\n", programName(), opt.json.c_str(),
+                     std::strerror(errno));
+        status = 2;
+      } else {
+        writeCudaJson(f, opt, n, fusion, plane, cuda->device(), results);
+        std::fclose(f);
+      }
+    }
+  }
+  broadcastBytes(&status, sizeof status);
+  return status;
+}
+
 int run(int argc, char **argv) {
   const int rank = worldRank(), n = worldSize();
   Options opt;
@@ -492,6 +791,7 @@ int run(int argc, char **argv) {
     if (rank == 0) usage(stdout);
     return 0;
   }
+  const bool cudaMode = opt.device == "cuda";
   const bool defaults = opt.models.empty();
   if (defaults) {
     const std::string dir = access(HORA_GRADS_DATA_DIR "/resnet50_grads.txt", R_OK) == 0
@@ -502,7 +802,10 @@ int run(int argc, char **argv) {
   std::vector<ModelResult> results;
   std::vector<std::string> planeNames;
   if (parsed == ParseResult::kRun) {
-    planeNames = opt.planes.empty() ? defaultPlanes() : parsePlanes(opt.planes, &error);
+    if (cudaMode && !opt.planes.empty())
+      error = "--planes compares CPU planes; --device cuda runs hora on NCCL";
+    else if (!cudaMode)
+      planeNames = opt.planes.empty() ? defaultPlanes() : parsePlanes(opt.planes, &error);
     for (const std::string &path : opt.models) {
       if (!error.empty()) break;
       std::string text;
@@ -516,6 +819,10 @@ int run(int argc, char **argv) {
   }
   if (error.empty() && rank == 0 && !opt.json.empty()) error = unwritable(opt.json);
   if (usageErrorAnywhere(error, rank)) return 1;
+  if (cudaMode) {
+    const int status = cudaUnavailable(rank, n);
+    return status ? status : runCuda(opt, results, rank, n);
+  }
 
   std::string mpiSkipped = rawMpiSkipped(&opt.mpi), glooSkipped;
   const std::vector<RankInfo> ranks = gatherRanks();

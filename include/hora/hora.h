@@ -163,6 +163,17 @@ HORA_API hora_status_t hora_process_set_abort(int32_t id, hora_status_t status, 
    current stream before each submission (PyTorch: torch.cuda.current_stream().cuda_stream).
    HORA_ERR_UNSUPPORTED in a build without NCCL. Not collective. */
 HORA_API hora_status_t hora_cuda_set_stream(void *stream);
+/* Stream-ordered wait, as torch's work.wait() on an NCCL op: returns once the op's device work
+   is queued, having made `stream` (a cudaStream_t; NULL: the legacy default stream) wait for its
+   end, so that work queued on `stream` afterwards sees the result while the host goes on at once.
+   HORA_SUCCESS then; the op's own status if it completed before that (an error, or a CPU
+   request: for those it is hora_wait). hora_wait and hora_poll keep their meaning (the result is
+   on the device), and a request waited for here is still freed with hora_request_free; an output
+   (allgather, alltoall, reducescatter) may be read after either wait. A failure the device
+   reports after the launch (a peer lost while NCCL runs) completes the request with that status
+   for hora_poll and hora_wait; the stream goes on, and the tensors may hold partial results, as
+   with NCCL itself. Not collective. */
+HORA_API hora_status_t hora_cuda_wait(hora_request_t request, void *stream);
 
 /* Chrome-trace JSON timeline of every op, written by this process. */
 HORA_API hora_status_t hora_timeline_start(const char *path);

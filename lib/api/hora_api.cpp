@@ -798,12 +798,24 @@ hora_status_t hora_wait(hora_request_t request) {
   });
 }
 
+hora_status_t hora_cuda_wait(hora_request_t request, void *stream) {
+  return guarded([&] {
+    RequestPtr r = liveRequest(request, "hora_cuda_wait");
+    if (!r->done()) {
+      if (std::shared_ptr<Engine> engine = currentEngine()) engine->drive(*r);
+    }
+    Status status = r->waitOnStream(stream);
+    if (!status.ok()) throw Error(status.code, status.message, __FILE__, __LINE__);
+  });
+}
+
 // The request's output, or nullptr (with the last error set for a bad handle). The request
-// stays alive while its handle does, so the pointer outlives this call's reference.
+// stays alive while its handle does, so the pointer outlives this call's reference. A CUDA
+// request's output is there once its work is queued (a stream-ordered wait returned).
 const DLTensor *requestOutput(hora_request_t request, const char *call, RequestPtr *out) {
   RequestPtr r;
   if (guarded([&] { r = liveRequest(request, call); }) != HORA_SUCCESS) return nullptr;
-  if (!r->done() || !r->status().ok()) return nullptr;
+  if (!(r->done() ? r->status().ok() : r->isLaunched())) return nullptr;
   if (out != nullptr) *out = r;
   return r->output();
 }

@@ -42,6 +42,26 @@ bool DeviceTurn::offer(int32_t set) {
   return true;
 }
 
+void DeviceTurn::uses(int32_t set) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  users_.insert(set);
+}
+
+bool DeviceTurn::offerAlone(int32_t set) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (users_.size() != 1 || *users_.begin() != set || !waiting_.empty()) return false;
+  if (holder_ == set) {
+    pinned_ = true;
+    return true;
+  }
+  if (holder_ >= 0) return false;
+  holder_ = set;
+  pinned_ = true;
+  launchedThrough_ = finishedThrough_ = 0;
+  launchedThisHold_ = false;
+  return true;
+}
+
 void DeviceTurn::freeLocked(std::vector<std::function<void()>> *wakes) {
   if (launchedThisHold_) lastHolder_ = holder_;  // a hold that launched nothing does not count
   holder_ = -1;
@@ -93,6 +113,7 @@ void DeviceTurn::leave(int32_t set) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     waiting_.erase(set);
+    users_.erase(set);
     if (holder_ == set) freeLocked(&wakes);
   }
   for (const auto &wake : wakes) wake();

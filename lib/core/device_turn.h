@@ -10,7 +10,11 @@
 //
 // A set offers only when it has device work already agreed (so every member enters the round at
 // once: the round is short), and holds the turn from its offer to the end of that round, then
-// while its launched work is in flight. The end of its work (a stream callback: drained()) gives
+// while its launched work is in flight. A set that is the only one of its process with device
+// work offers in any round it has work pending (offerAlone): nobody can wait for the turn it
+// holds, and the round that agrees its work launches it, one control-plane round trip sooner. A
+// rank with two such sets stops offering alone, so its members' AND falls back to the rule
+// above, at the same round on every member. The end of its work (a stream callback: drained()) gives
 // the turn back even while the set's engine waits in a long negotiation for its peers' next
 // submissions; a set holding the turn then could keep another set's collective, which a peer may
 // need before it submits, from ever starting.
@@ -20,6 +24,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <vector>
 
 namespace hora {
@@ -34,6 +39,11 @@ class DeviceTurn {
   // comes first among the sets that wait: those other than the last holder first, then the
   // lowest id, the same choice on every rank with the same sets waiting).
   bool offer(int32_t set);
+  // `set` has device work in this process (its first CUDA submission); until leave().
+  void uses(int32_t set);
+  // Set `set`, with work pending but none agreed: true if it holds the turn for this round
+  // because no other set of this process uses the GPU (uses()) and the turn is free or its own.
+  bool offerAlone(int32_t set);
   // After that round: work up to ticket `launchedThrough` (the executor's, 0: nothing launched
   // this round) is in flight; the turn stays until finished() has seen it all, else it is given
   // back now.
@@ -62,6 +72,7 @@ class DeviceTurn {
   bool launchedThisHold_ = false;
   int32_t lastHolder_ = -1;
   std::map<int32_t, std::function<void()>> waiting_;
+  std::set<int32_t> users_;  // sets with device work (uses)
 };
 
 }  // namespace hora

@@ -105,6 +105,11 @@ void Request::launched(std::shared_ptr<DeviceEnd> end) {
   cv_.notify_all();
 }
 
+bool Request::isLaunched() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return !done_ && end_ != nullptr;
+}
+
 // Under the lock, so that the end cannot be dropped (its event given back to the pool and
 // recorded for a later op) between the check and the stream's wait.
 Status Request::waitOnStream(void *stream) const {

@@ -77,6 +77,7 @@ class Request {
   // and in the second case makes `stream` wait for that work's end. The status of a completed
   // request; success for one launched. Throws what DeviceEnd::streamWait throws.
   Status waitOnStream(void *stream) const;
+  bool isLaunched() const;  // its device work is queued (and it has not completed)
 
   // The set's cycles only: whether this rank's RequestMsg went to the coordinator already, and
   // (while a timeline records) when the engine took it from the queue.

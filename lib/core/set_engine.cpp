@@ -323,7 +323,13 @@ SetEngine::Cycle SetEngine::cycle(bool ownThread) {
   // set's own thread only, whose CUDA device the executor sets (a caller's is the caller's).
   // Offered only with device work already agreed: every member has it, so every member is in this
   // round at once and the turn is held briefly (docs/gpu.md).
-  const bool offered = ownThread && !awaiting_.empty() && turn_->offer(id_);
+  // A set alone on its process's GPU offers whenever it has work pending: the round that agrees
+  // device work then launches it (DeviceTurn::offerAlone).
+  bool offered = false;
+  if (ownThread) {
+    offered = !awaiting_.empty() ? turn_->offer(id_)
+                                 : !pending_.empty() && cudaDevice_.load() >= 0 && turn_->offerAlone(id_);
+  }
   Controller::Outcome outcome = controller_->negotiate(pending_, wantShutdown, offered);
   if (outcome.shutdown) {
     if (offered) turn_->settle(id_, 0);
@@ -338,6 +344,7 @@ SetEngine::Cycle SetEngine::cycle(bool ownThread) {
   // (this one, usually), in the order agreed. Its requests leave pending_ meanwhile, so that
   // negotiation does not see them again.
   order_.clear();
+  const size_t waitingBefore = awaiting_.size();
   for (const auto &r : outcome.responses) {
     if (r->agreed.device.isCpu() || !r->ok()) {
       order_.push_back(r.get());
@@ -355,6 +362,8 @@ SetEngine::Cycle SetEngine::cycle(bool ownThread) {
   if (outcome.deviceAgreed && !awaiting_.empty()) {
     launchAwaiting();
     launched = true;
+  } else if (awaiting_.size() > waitingBefore) {
+    deferredLaunches_ += awaiting_.size() - waitingBefore;
   }
   if (offered) turn_->settle(id_, launched && device_ ? device_->queued() : 0);
   if (awaiting_.empty()) {
@@ -514,6 +523,7 @@ void SetEngine::executeOnDevice(const std::vector<Request *> &requests,
       device = -1;
       device = cudaDevice_.compare_exchange_strong(device, chosen) ? chosen : device;
     }
+    turn_->uses(id_);
     DeviceHooks hooks;
     hooks.wake = [this] { queue_.kick(); };
     hooks.lostPeer = [this] { return watch_ != nullptr ? watch_->lostPeer() : std::string(); };
@@ -537,7 +547,9 @@ void SetEngine::submit(RequestPtr request) {
   const Device device = request->msg().device;
   if (!device.isCpu()) {
     int first = -1;
-    if (!cudaDevice_.compare_exchange_strong(first, device.id) && first != device.id) {
+    if (cudaDevice_.compare_exchange_strong(first, device.id)) {
+      turn_->uses(id_);
+    } else if (first != device.id) {
       HORA_THROW(HORA_ERR_INVALID_ARGUMENT, opTypeName(request->msg().op), " '", request->name(),
                  "': on cuda:", device.id, ", but this rank's CUDA tensors in process set ", id_,
                  " are on cuda:", first, "; one GPU per rank and process set");

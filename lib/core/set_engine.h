@@ -96,6 +96,9 @@ class SetEngine {
   bool failed() const { return failed_; }
 
   int32_t id() const { return id_; }
+  // Device responses agreed in a round that could not launch them (they waited for the GPU's
+  // turn, DeviceTurn): 0 while the set is alone on its process's GPU.
+  uint64_t deviceLaunchesDeferred() const { return deferredLaunches_.load(); }
   // Fixed once start() returns.
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -201,6 +204,7 @@ class SetEngine {
   };
   std::deque<Awaiting> awaiting_;
   DeviceTurn *turn_ = &DeviceTurn::process();
+  std::atomic<uint64_t> deferredLaunches_{0};
   // What the turn calls when it comes free: kicks this engine's queue while the engine lives.
   class Waker {
    public:

@@ -61,6 +61,31 @@ TEST(DeviceTurn, OneSetAtATimeHeldWhileInFlightLowestWaitingFirst) {
   EXPECT_EQ(turn.holder(), -1) << "a set that stops gives it back";
 }
 
+// A set alone on its process's GPU holds the turn in any round it offers; a second user of the
+// GPU, or a set waiting, ends that.
+TEST(DeviceTurn, ASetAloneOffersInAnyRoundUntilAnotherUsesTheGpu) {
+  DeviceTurn turn;
+  EXPECT_FALSE(turn.offerAlone(1)) << "not a user of the GPU yet";
+  turn.uses(1);
+  EXPECT_TRUE(turn.offerAlone(1));
+  turn.settle(1, /*launchedThrough=*/3);
+  EXPECT_EQ(turn.holder(), 1) << "its work in flight";
+  EXPECT_TRUE(turn.offerAlone(1)) << "its own turn";
+  turn.settle(1, 3);
+  turn.uses(2);
+  EXPECT_FALSE(turn.offerAlone(1)) << "set 2 uses the GPU too";
+  EXPECT_FALSE(turn.offerAlone(2));
+  turn.finished(1, 3);
+  EXPECT_EQ(turn.holder(), -1);
+  turn.leave(2);
+  turn.wait(3, nullptr);
+  EXPECT_FALSE(turn.offerAlone(1)) << "a set waits for the turn";
+  turn.stopWaiting(3);
+  EXPECT_TRUE(turn.offerAlone(1));
+  turn.settle(1, 0);
+  EXPECT_EQ(turn.holder(), -1) << "a round that launched nothing gives it back";
+}
+
 // A group of ranks as threads: the set's control plane, nothing else.
 class ThreadGroupOfSet final : public Group {
  public:
@@ -99,8 +124,11 @@ RequestPtr allreduce(const std::string &name, int32_t set, int device, std::vect
                                    std::vector<TensorArg>{{data.data(), data.data(), static_cast<int64_t>(data.size())}});
 }
 
-TEST(DeviceTurn, TwoSetsOnExclusiveGpusNeverDeadlock) {
-  constexpr int kRanks = 2, kSets = 2, kRounds = 40;
+// `kSets` process sets on two ranks (threads), each rank with its own "exclusive" fake GPU and
+// turn; every round each rank submits to every set, the ranks in opposite orders. Checks every
+// result and that the turn is given back; returns the device launches the sets deferred.
+uint64_t runSetsOnExclusiveGpus(int kSets, int kRounds) {
+  constexpr int kRanks = 2;
   test::FakeCluster cluster;
   std::vector<std::unique_ptr<test::FakeDevice>> gpus;
   std::vector<std::unique_ptr<DeviceTurn>> turns;  // one per rank: one per process
@@ -167,6 +195,10 @@ TEST(DeviceTurn, TwoSetsOnExclusiveGpusNeverDeadlock) {
     while (turns[r]->holder() != -1 && Clock::now() < end) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     EXPECT_EQ(turns[r]->holder(), -1) << "the turn is given back";
   }
+  uint64_t deferred = 0;
+  for (auto &set : engines) {
+    for (auto &e : set) deferred += e->deviceLaunchesDeferred();
+  }
   for (auto &set : engines) {
     for (auto &e : set) e->requestShutdown();
   }
@@ -174,6 +206,16 @@ TEST(DeviceTurn, TwoSetsOnExclusiveGpusNeverDeadlock) {
     for (auto &e : set) e->join();
   }
   engines.clear();
+  return deferred;
+}
+
+TEST(DeviceTurn, TwoSetsOnExclusiveGpusNeverDeadlock) {
+  EXPECT_GT(runSetsOnExclusiveGpus(2, 40), 0u) << "two sets on a GPU: launches wait for the turn";
+}
+
+// Alone on its GPU, a set launches device work in the round that agrees it.
+TEST(DeviceTurn, ASetAloneLaunchesInTheRoundThatAgreesTheWork) {
+  EXPECT_EQ(runSetsOnExclusiveGpus(1, 40), 0u);
 }
 
 }  // namespace

@@ -264,15 +264,39 @@ class Request {
     if (status_ != HORA_SUCCESS) raiseStatus(status_, why_, what_);
   }
 
+  // Stream-ordered (hora_cuda_wait): returns once the op's device work is queued, `stream` (a
+  // cudaStream_t as an int) waiting for its end; raises the op's error if it failed before.
+  // The tensors stay held until the op completes (or the orphans keep them).
+  void waitOnStream(uintptr_t stream) {
+    if (finished_ || streamWaited_) {
+      if (finished_ && status_ != HORA_SUCCESS) raiseStatus(status_, why_, what_);
+      return;
+    }
+    hora_status_t status;
+    {
+      Blocked blocked;
+      py::gil_scoped_release unlocked;
+      status = hora_cuda_wait(box_->request, reinterpret_cast<void *>(stream));
+    }
+    if (status != HORA_SUCCESS) {
+      status_ = status;
+      why_ = hora_last_error();
+      finished_ = true;
+      keepAlive_.clear();
+      raiseStatus(status_, why_, what_);
+    }
+    streamWaited_ = true;
+  }
+
   py::object output() {
-    wait();
+    if (!streamWaited_) wait();
     const DLTensor *tensor = hora_request_output(box_->request);
     if (tensor == nullptr) return py::none();
     return py::cast(Output(box_, *tensor));
   }
 
   std::vector<int64_t> receivedSplitsOf(int parts) {
-    wait();
+    if (!streamWaited_) wait();
     const int64_t *splits = hora_request_received_splits(box_->request);
     if (splits == nullptr) return {};
     return std::vector<int64_t>(splits, splits + parts);
@@ -283,6 +307,7 @@ class Request {
   std::vector<py::object> keepAlive_;
   const char *what_;
   bool finished_ = false;
+  bool streamWaited_ = false;  // waitOnStream returned: outputs are there, tensors still held
   hora_status_t status_ = HORA_SUCCESS;
   std::string why_;
 };
@@ -421,6 +446,10 @@ PYBIND11_MODULE(_hora, m) {
       .def("poll", &Request::poll, "True once the op completed (never blocks).")
       .def("wait", &Request::wait,
            "Blocks (GIL released) until the op completes; raises its error.")
+      .def("wait_on_stream", &Request::waitOnStream, py::arg("stream"),
+           "Stream-ordered: returns once the op's device work is queued, the CUDA stream "
+           "`stream` (a cudaStream_t as an int) waiting for its end; raises the op's error if "
+           "it failed before.")
       .def("output", &Request::output,
            "After wait: the tensor hora allocated (allgather, alltoall, reducescatter), or None.")
       .def("received_splits", &Request::receivedSplitsOf, py::arg("parts"),

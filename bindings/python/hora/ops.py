@@ -39,7 +39,9 @@ Product = ReduceOp.PRODUCT
 
 class Handle:
     """One collective in flight. ``poll()`` never blocks; ``wait()`` blocks with the GIL
-    released, then returns the op's result or raises its error (again on every call)."""
+    released, then returns the op's result or raises its error (again on every call).
+    ``wait(stream)`` on CUDA tensors is stream-ordered, as torch's ``work.wait()``: it returns
+    once the op is queued on the GPU, `stream` waiting for its end (see ``synchronize``)."""
 
     __slots__ = ("_request", "_finish", "_result", "_done")
 
@@ -52,12 +54,21 @@ class Handle:
     def poll(self):
         return self._done or self._request.poll()
 
-    def wait(self):
-        if not self._done:
+    def wait(self, stream=None):
+        if stream is not None:
+            self.wait_on_stream(getattr(stream, "cuda_stream", stream))
+        elif not self._done:
             self._request.wait()
             self._result = self._finish(self._request)
             self._done = True
         return self._result
+
+    def wait_on_stream(self, stream):
+        """`stream`: a cudaStream_t as an int (what hora's Request takes too)."""
+        if not self._done:
+            self._request.wait_on_stream(stream)
+            self._result = self._finish(self._request)
+            self._done = True
 
 
 def poll(handle):
@@ -65,9 +76,17 @@ def poll(handle):
     return handle.poll()
 
 
-def synchronize(handle):
-    """Waits for the op of `handle` and returns its result."""
-    return handle.wait()
+def synchronize(handle, stream=None):
+    """Waits for the op of `handle` and returns its result.
+
+    stream: None (the default) waits on the host until the result is on the device. A
+    ``torch.cuda.Stream`` (e.g. ``torch.cuda.current_stream()``) or a cudaStream_t as an int
+    makes the wait stream-ordered, for CUDA tensors: it returns as soon as the op is queued on
+    the GPU, with that stream waiting for it, so work queued on the stream afterwards sees the
+    result and the host does not wait for the GPU (torch's ``work.wait()`` on NCCL). A failure
+    the GPU reports later is then not raised here; ``poll(handle)`` still becomes true. For
+    CPU tensors both are the same host wait."""
+    return handle.wait(stream)
 
 
 # --- tensors of each framework ------------------------------------------------------------

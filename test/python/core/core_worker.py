@@ -193,6 +193,10 @@ def async_any_order(r, n):
         equal(tensors[name], np.full(100 * (k + 1), sum(j + k for j in range(n)), np.float32),
               "async %s" % name)
     check(handles[names[0]].wait() is tensors[names[0]], "a second wait returns the result")
+    # A stream-ordered wait on host tensors is the host wait (no stream to order), result and all;
+    # an allgather's output, made by hora, comes with it.
+    gathered = hora.synchronize(hora.allgather_async(np.full((1, 2), r, np.int32)), stream=0)
+    equal(gathered, np.repeat(np.arange(n, dtype=np.int32), 2).reshape(n, 2), "allgather, stream wait")
 
 
 def gil_released(r, n):
