@@ -2,6 +2,8 @@
 // Backend registry: an ordered list of candidates, each saying whether it can serve this world.
 #include "backends/registry.h"
 
+#include <algorithm>
+
 #include <functional>
 #include <string>
 #include <vector>
@@ -137,7 +139,12 @@ std::unique_ptr<Backend> createCpuBackend(const Knobs &knobs, Bootstrap &bootstr
 std::unique_ptr<DeviceExecutor> createDeviceExecutor(ControlPlane &control, int device,
                                                      DeviceHooks hooks, const Knobs &knobs) {
 #if HORA_HAVE_NCCL
-  return createNcclExecutor(gpu::cudaDeviceApi(), control, device, knobs.timeoutS, std::move(hooks));
+  NcclOptions options;
+  options.timeoutS = knobs.timeoutS;
+  options.initTimeoutS = std::min(knobs.ncclInitTimeoutS, knobs.timeoutS);
+  options.fusionBytes = knobs.fusionThreshold;
+  options.directBytes = knobs.cudaDirectBytes;
+  return createNcclExecutor(gpu::cudaDeviceApi(), control, device, options, std::move(hooks));
 #else
   (void)control, (void)device, (void)hooks, (void)knobs;
   HORA_THROW(HORA_ERR_UNSUPPORTED, "a CUDA tensor, but this build has no NCCL backend");

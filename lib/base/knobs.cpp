@@ -227,6 +227,27 @@ const std::vector<KnobSpec> kTable = {
        return parseDouble(t, 0.001, 1e9, &k.timeoutS, why);
      },
      [](const Knobs &k) { return showDouble(k.timeoutS); }},
+    {"HORA_NCCL_INIT_TIMEOUT_S", "120",
+     "longest wait for an NCCL communicator to form, seconds (at most `HORA_TIMEOUT_S`): a "
+     "rank that never joins fails the others' first CUDA op of the set with `HORA_ERR_TIMEOUT`",
+     [](const std::string &t, Knobs &k, std::string *why) {
+       return parseDouble(t, 0.001, 1e9, &k.ncclInitTimeoutS, why);
+     },
+     [](const Knobs &k) { return showDouble(k.ncclInitTimeoutS); }},
+    {"HORA_CUDA_DIRECT_BYTES", "1M",
+     "fused CUDA allreduce: tensors of at least this many bytes go to NCCL where they lie, in the "
+     "same NCCL group as the smaller ones, which are packed (zero-copy fusion); 0 packs every "
+     "tensor (suffixes K, M, G)",
+     [](const std::string &t, Knobs &k, std::string *why) {
+       int64_t b;
+       if (!parseBytes(t, &b)) {
+         *why = "expected a byte count such as 1048576, 1M or 0";
+         return false;
+       }
+       k.cudaDirectBytes = b;
+       return true;
+     },
+     [](const Knobs &k) { return std::to_string(k.cudaDirectBytes); }},
     {"HORA_LOG_LEVEL", "warning", "`trace`, `debug`, `info`, `warning` or `error` (any case)",
      [](const std::string &t, Knobs &k, std::string *why) {
        if (parseLogLevel(t, &k.logLevel)) return true;

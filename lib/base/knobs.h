@@ -33,6 +33,8 @@ struct Knobs {
   double stallWarningS = 60;
   double stallShutdownS = 0;  // 0 = off
   double timeoutS = 300;
+  double ncclInitTimeoutS = 120;  // communicator creation, at most timeoutS
+  int64_t cudaDirectBytes = int64_t{1} << 20;  // fused CUDA allreduce: tensors this big are not packed; 0: all are
   LogLevel logLevel = LogLevel::kWarning;
   std::string bootstrap = "auto";  // auto, mpi, env, single
   std::string jobToken;   // "" = none: the env:// store and mesh trust whoever connects

@@ -58,6 +58,7 @@
 //   createCancelFlag  destroyCancelFlag  ncclVersion  ncclErrorString <r>  uniqueId
 //   commInit size=<n> rank=<r> maxCTAs=<m>  commAsyncError  commLastError  commFinalize
 //   commDestroy  commAbort  createPreMulSum dtype=<name> factor=<f>  destroyRedOp <op>
+//   memAlloc <bytes>  memFree <bytes>  commRegister <bytes>  commDeregister
 //   groupStart  groupEnd  allReduce count=<n> op=<op> dtype=<name>  broadcast bytes=<n> root=<r>
 //   allGather bytes=<n>  reduceScatter count=<n> op=<op> dtype=<name>
 //   reduce count=<n> op=<op> dtype=<name> root=<r>  send bytes=<n> peer=<p>  recv bytes=<n> peer=<p>
@@ -447,7 +448,8 @@ const std::set<std::string> &ncclCalls() {
   static const std::set<std::string> names = {
       "commInit", "commAsyncError", "commFinalize", "commDestroy", "commAbort", "createPreMulSum",
       "destroyRedOp", "groupStart", "groupEnd", "allReduce", "broadcast", "allGather",
-      "reduceScatter", "reduce", "send", "recv"};
+      "reduceScatter", "reduce", "send", "recv", "memAlloc", "memFree", "commRegister",
+      "commDeregister"};
   return names;
 }
 
@@ -519,6 +521,8 @@ FakeDevice::~FakeDevice() {
   }
   for (auto &s : streams) stopStream(s.second.get());
   for (auto &m : memory_) std::free(m.first);
+  for (auto &m : ncclMemory_) std::free(m.first);
+  for (auto &r : registrations_) delete static_cast<char *>(r.first);
   for (int *f : cancelFlags_) delete f;
   for (int *f : deadCancelFlags_) delete f;
 }
@@ -1284,9 +1288,90 @@ int FakeDevice::commAbort(gpu::CommHandle handle) noexcept {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     comms_.erase(c);
+    for (auto it = registrations_.begin(); it != registrations_.end();) {
+      if (it->second.comm == c) {
+        delete static_cast<char *>(it->first);
+        it = registrations_.erase(it);
+      } else {
+        ++it;
+      }
+    }
   }
   endComm(c, false);
   return gpu::kNcclSuccess;
+}
+
+// ncclMemAlloc'ed memory is host memory here too, kept apart from allocate()'s. A registration
+// lives until commDeregister; a communicator's abort drops its registrations (NCCL frees its
+// resources), its destroy does not: liveRegistrations() then shows one never deregistered.
+int FakeDevice::memAlloc(void **data, size_t bytes) noexcept {
+  log(detail::concat("memAlloc ", bytes));
+  int result;
+  if (injectedFailure("memAlloc", &result)) return result;
+  if (data == nullptr) return kNcclInvalidArgument;
+  const size_t rounded = (std::max<size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
+  void *p = std::aligned_alloc(kAlign, rounded);
+  if (p == nullptr) return kNcclUnhandledCudaError;
+  std::memset(p, 0xA5, rounded);
+  std::lock_guard<std::mutex> lock(mutex_);
+  ncclMemory_.emplace(p, bytes);
+  *data = p;
+  return gpu::kNcclSuccess;
+}
+
+int FakeDevice::memFree(void *data) noexcept {
+  size_t bytes = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = ncclMemory_.find(data);
+    if (it == ncclMemory_.end()) die(detail::concat("rank ", rank_, ": memFree of ", data, ", not memAlloc'ed"));
+    for (const auto &r : registrations_) {
+      if (r.second.data == data) die(detail::concat("rank ", rank_, ": memFree of registered memory"));
+    }
+    bytes = it->second;
+    ncclMemory_.erase(it);
+  }
+  log(detail::concat("memFree ", bytes));
+  std::free(data);
+  return gpu::kNcclSuccess;
+}
+
+int FakeDevice::commRegister(gpu::CommHandle handle, void *data, size_t bytes, void **reg) noexcept {
+  log(detail::concat("commRegister ", bytes));
+  int result;
+  if (injectedFailure("commRegister", &result)) return result;
+  Comm *c = comm(handle, "commRegister");
+  if (c == nullptr || reg == nullptr || data == nullptr) return kNcclInvalidArgument;
+  if (!launchPending(c).empty()) return kNcclInvalidUsage;
+  std::lock_guard<std::mutex> lock(mutex_);
+  void *token = new char;
+  registrations_[token] = Registration{c, data, bytes};
+  *reg = token;
+  return gpu::kNcclSuccess;
+}
+
+int FakeDevice::commDeregister(gpu::CommHandle handle, void *reg) noexcept {
+  log("commDeregister");
+  int result;
+  if (injectedFailure("commDeregister", &result)) return result;
+  Comm *c = comm(handle, "commDeregister");
+  if (c == nullptr) return kNcclInvalidArgument;
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = registrations_.find(reg);
+  if (it == registrations_.end() || it->second.comm != c) return kNcclInvalidArgument;
+  delete static_cast<char *>(reg);
+  registrations_.erase(it);
+  return gpu::kNcclSuccess;
+}
+
+int FakeDevice::liveNcclMemory() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<int>(ncclMemory_.size());
+}
+
+int FakeDevice::liveRegistrations() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<int>(registrations_.size());
 }
 
 int FakeDevice::createPreMulSum(gpu::RedOp *op, DType dtype, double factor, gpu::CommHandle handle) noexcept {

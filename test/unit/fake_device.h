@@ -136,6 +136,9 @@ class FakeDevice final : public gpu::DeviceApi {
   int liveEvents() const;
   int liveComms() const;  // made by commInit, not yet destroyed or aborted
   int liveCancelFlags() const;
+  // memAlloc'ed and not freed; registrations (commRegister) not deregistered.
+  int liveNcclMemory() const;
+  int liveRegistrations() const;
   // NCCL ops this device's workers are inside now (past a stall, waiting for peers or moving
   // data): a test waits for 1 to know that an op is blocked in its rendezvous.
   int ncclOpsInProgress() const { return ncclInProgress_.load(); }
@@ -178,6 +181,10 @@ class FakeDevice final : public gpu::DeviceApi {
   int commFinalize(gpu::CommHandle comm) noexcept override;
   int commDestroy(gpu::CommHandle comm) noexcept override;
   int commAbort(gpu::CommHandle comm) noexcept override;
+  int memAlloc(void **data, size_t bytes) noexcept override;
+  int memFree(void *data) noexcept override;
+  int commRegister(gpu::CommHandle comm, void *data, size_t bytes, void **handle) noexcept override;
+  int commDeregister(gpu::CommHandle comm, void *handle) noexcept override;
   int createPreMulSum(gpu::RedOp *op, DType dtype, double factor, gpu::CommHandle comm) noexcept override;
   int destroyRedOp(gpu::RedOp op, gpu::CommHandle comm) noexcept override;
   int groupStart() noexcept override;
@@ -248,6 +255,13 @@ class FakeDevice final : public gpu::DeviceApi {
   std::map<fake_detail::Event *, std::shared_ptr<fake_detail::Event>> events_;
   std::set<fake_detail::Comm *> comms_;
   std::set<int *> cancelFlags_;
+  std::map<void *, size_t> ncclMemory_;  // memAlloc'ed
+  struct Registration {
+    fake_detail::Comm *comm;
+    void *data;
+    size_t bytes;
+  };
+  std::map<void *, Registration> registrations_;  // by handle
   std::vector<int *> deadCancelFlags_;  // freed with the device: queued kernels may still read them
   std::vector<InitRecord> inits_;
 

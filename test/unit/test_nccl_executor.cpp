@@ -8,6 +8,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -87,10 +88,14 @@ struct Ranks {
       DeviceHooks hooks;
       hooks.wake = [this, r] { wakes[static_cast<size_t>(r)].fetch_add(1); };
       if (lostPeer) hooks.lostPeer = [lostPeer, r] { return lostPeer(r); };
+      NcclOptions o = options;
+      o.timeoutS = timeoutS;
+      o.initTimeoutS = std::min(o.initTimeoutS, timeoutS);
       executors[static_cast<size_t>(r)] =
-          createNcclExecutor(*devices[static_cast<size_t>(r)], control, r, timeoutS, std::move(hooks));
+          createNcclExecutor(*devices[static_cast<size_t>(r)], control, r, o, std::move(hooks));
     });
   }
+  NcclOptions options;  // but timeoutS from the constructor
   FakeDevice &dev(int r) { return *devices[static_cast<size_t>(r)]; }
   DeviceExecutor &ex(int r) { return *executors[static_cast<size_t>(r)]; }
   ~Ranks() {
@@ -191,6 +196,107 @@ TEST(NcclExecutor, CompletionIsByPooledEventsAndAStreamMayWaitForTheOp) {
     EXPECT_TRUE(eventually([&] { return ranks.wakes[r].load() >= 1; }))
         << "the completion thread wakes the engine (poll() may see the op done first)";
     EXPECT_GE(ranks.dev(r).count("commAsyncError"), 41) << "each launch at 2 ranks settles (ncclInProgress)";
+  }
+}
+
+// Zero-copy fusion: in a fused allreduce the tensors of at least HORA_CUDA_DIRECT_BYTES are
+// reduced where they lie, in one NCCL group with the packed small ones; only those are copied,
+// through the registered fusion buffer.
+TEST(NcclExecutor, FusedAllreduceCopiesOnlyTheSmallTensors) {
+  constexpr int n = 2;
+  Ranks ranks(n);
+  ranks.options.directBytes = 256;  // 64 floats and more go as they are
+  ranks.options.fusionBytes = 1 << 16;
+  ranks.start();
+  const std::vector<int64_t> sizes = {10, 100, 3, 64, 7};  // small, big, small, big, small
+  std::vector<std::vector<std::vector<float>>> in(n), out(n);
+  auto submit = [&](int r, const char *name, ReduceOp op, double prescale, double postscale, uint64_t ticket) {
+    in[r].clear();
+    out[r].clear();
+    std::vector<TensorArg> tensors;
+    std::vector<Shape> shapes;
+    for (size_t t = 0; t < sizes.size(); ++t) {
+      in[r].emplace_back(static_cast<size_t>(sizes[t]));
+      out[r].emplace_back(static_cast<size_t>(sizes[t]), -1.0f);
+      for (int64_t i = 0; i < sizes[t]; ++i) in[r][t][static_cast<size_t>(i)] = float((r + 1) * (i + 1) + t);
+    }
+    for (size_t t = 0; t < sizes.size(); ++t) {
+      tensors.push_back(TensorArg{in[r][t].data(), out[r][t].data(), sizes[t]});
+      shapes.push_back({sizes[t]});
+    }
+    RequestMsg m = message(name, OpType::kAllreduce, DType::kFloat32, r, shapes);
+    m.reduceOp = op;
+    m.prescale = prescale;
+    m.postscale = postscale;
+    Request req(m, 0, tensors);
+    ranks.ex(r).allreduce({&req}, responseFor(m), n);
+    waitFor(ranks.ex(r), ticket);
+  };
+  // Average, out of place: every output the mean (postscaled), every input as it was.
+  runRanks(n, [&](int r) { submit(r, "mixed", ReduceOp::kAverage, 1.0, 3.0, 1); });
+  for (int r = 0; r < n; ++r) {
+    for (size_t t = 0; t < sizes.size(); ++t) {
+      for (int64_t i = 0; i < sizes[t]; ++i) {
+        // the mean over r of (r + 1)(i + 1) + t is 1.5 (i + 1) + t
+        ASSERT_FLOAT_EQ(out[r][t][static_cast<size_t>(i)], 3.0f * (1.5f * float(i + 1) + float(t)))
+            << "rank " << r << " tensor " << t << " element " << i;
+        ASSERT_FLOAT_EQ(in[r][t][static_cast<size_t>(i)], float((r + 1) * (i + 1) + t)) << "input kept";
+      }
+    }
+    FakeDevice &d = ranks.dev(r);
+    EXPECT_EQ(d.count("batchedCopy items=3"), 2) << "the three small tensors packed and unpacked, no more";
+    EXPECT_EQ(d.count("allReduce"), 3) << "the packed buffer and the two big tensors";
+    EXPECT_EQ(d.count("groupEnd"), 1) << "one launch";
+    EXPECT_EQ(d.count("memAlloc 65536"), 1) << "the fusion buffer: HORA_FUSION_THRESHOLD bytes of NCCL memory";
+    EXPECT_EQ(d.count("commRegister 65536"), 1) << "registered with the communicator";
+  }
+  // A kernel prescale (MIN has no PreMulSum) packs every tensor: the inputs stay untouched.
+  for (int r = 0; r < n; ++r) ranks.dev(r).clearCalls();
+  runRanks(n, [&](int r) { submit(r, "min", ReduceOp::kMin, 2.0, 1.0, 2); });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(ranks.dev(r).count("allReduce"), 1) << "everything packed";
+    for (size_t t = 0; t < sizes.size(); ++t) {
+      for (int64_t i = 0; i < sizes[t]; ++i) {
+        ASSERT_FLOAT_EQ(out[r][t][static_cast<size_t>(i)], 2.0f * float((i + 1) + t)) << "rank 0's, doubled";
+        ASSERT_FLOAT_EQ(in[r][t][static_cast<size_t>(i)], float((r + 1) * (i + 1) + t));
+      }
+    }
+  }
+  ranks.executors.clear();
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(ranks.dev(r).liveRegistrations(), 0) << "deregistered before the communicator went";
+    EXPECT_EQ(ranks.dev(r).liveNcclMemory(), 0) << "and freed after";
+  }
+}
+
+// Without NCCL's memory (ncclMemAlloc fails) or its registration, fusion goes on: stream-ordered
+// memory, or an unregistered buffer.
+TEST(NcclExecutor, FusionWithoutNcclMemoryOrRegistration) {
+  for (const std::string failing : {"memAlloc", "commRegister"}) {
+    constexpr int n = 2;
+    Ranks ranks(n);
+    ranks.start();
+    for (int r = 0; r < n; ++r) ranks.dev(r).failNext(failing, 5);
+    std::vector<std::vector<int32_t>> a(n, std::vector<int32_t>(9)), b(n, std::vector<int32_t>(4));
+    runRanks(n, [&](int r) {
+      for (int i = 0; i < 9; ++i) a[r][i] = r * 10 + i;
+      for (int i = 0; i < 4; ++i) b[r][i] = -r - i;
+      RequestMsg m = message("ab", OpType::kAllreduce, DType::kInt32, r, {{9}, {4}});
+      Request req(m, 0, {TensorArg{a[r].data(), a[r].data(), 9}, TensorArg{b[r].data(), b[r].data(), 4}});
+      ranks.ex(r).allreduce({&req}, responseFor(m), n);
+      waitFor(ranks.ex(r), 1);
+    });
+    for (int r = 0; r < n; ++r) {
+      for (int i = 0; i < 9; ++i) EXPECT_EQ(a[r][i], 10 + 2 * i) << failing;
+      for (int i = 0; i < 4; ++i) EXPECT_EQ(b[r][i], -1 - 2 * i) << failing;
+      EXPECT_EQ(ranks.dev(r).count("commRegister"), failing == "memAlloc" ? 0 : 1) << failing;
+    }
+    ranks.executors.clear();
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(ranks.dev(r).liveRegistrations(), 0) << failing;
+      EXPECT_EQ(ranks.dev(r).liveNcclMemory(), 0) << failing;
+      EXPECT_EQ(ranks.dev(r).liveAllocations(), 0) << failing;
+    }
   }
 }
 
@@ -551,6 +657,32 @@ TEST(NcclExecutor, TheCtaCapIsAgreedByEveryRank) {
   EXPECT_EQ(dev0.lastInitMaxCTAs(), 0);
   EXPECT_EQ(dev1.lastInitMaxCTAs(), 0);
   ex.clear();
+}
+
+// A rank that never joins the communicator fails the others at HORA_NCCL_INIT_TIMEOUT_S, not at
+// the ops' timeout.
+TEST(NcclExecutor, CommunicatorCreationHasItsOwnDeadline) {
+  constexpr int n = 2;
+  Ranks ranks(n, /*timeoutS=*/30);
+  ranks.options.initTimeoutS = 0.3;
+  ranks.dev(1).failNext("commInit", 2);  // rank 1 never joins
+  std::vector<std::string> messages(n);
+  std::vector<hora_status_t> statuses(n, HORA_SUCCESS);
+  const auto start = Clock::now();
+  runRanks(n, [&](int r) {
+    ThreadControlPlane control(ranks.group, r);
+    try {
+      createNcclExecutor(ranks.dev(r), control, r, ranks.options, DeviceHooks{});
+    } catch (const Error &e) {
+      statuses[r] = e.status();
+      messages[r] = e.message();
+    }
+  });
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));
+  EXPECT_EQ(statuses[0], HORA_ERR_TIMEOUT) << messages[0];
+  EXPECT_NE(messages[0].find("HORA_NCCL_INIT_TIMEOUT_S"), std::string::npos) << messages[0];
+  EXPECT_EQ(statuses[1], HORA_ERR_BACKEND) << messages[1];
+  for (int r = 0; r < n; ++r) EXPECT_EQ(ranks.dev(r).liveComms(), 0) << "aborted";
 }
 
 TEST(NcclExecutor, DefaultDeviceIsTheLocalRankModuloTheGpus) {

@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // The env:// rendezvous with ranks as threads: topology, and every failure on every rank present.
 #include <arpa/inet.h>
+#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <thread>
@@ -16,6 +18,7 @@
 
 #include "base/error.h"
 #include "base/logging.h"
+#include "bootstrap/env/env_bootstrap.h"
 #include "bootstrap/env/rendezvous.h"
 #include "time_scale.h"
 
@@ -388,6 +391,43 @@ TEST(Rendezvous, PortInUseAndUnreachableMaster) {
         << e.message();
   }
   EXPECT_LT(since(start), 3);
+}
+
+// A world spanning hosts hands NCCL the interface its store connection used, unless the user
+// chose one; loopback is never handed on.
+TEST(Rendezvous, NcclSocketInterfaceIsSeededFromTheStoreRoute) {
+  EXPECT_EQ(interfaceOfAddress("127.0.0.1"), "lo");
+  EXPECT_EQ(interfaceOfAddress("203.0.113.77"), "") << "an address no interface holds";
+  std::string name, address;  // the first IPv4 interface other than loopback, if any
+  ifaddrs *all = nullptr;
+  ASSERT_EQ(getifaddrs(&all), 0);
+  for (ifaddrs *i = all; i != nullptr && name.empty(); i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET || std::string(i->ifa_name) == "lo") continue;
+    char text[INET_ADDRSTRLEN] = {0};
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in *>(i->ifa_addr)->sin_addr, text, sizeof text);
+    name = i->ifa_name;
+    address = text;
+  }
+  freeifaddrs(all);
+  const char *saved = std::getenv("NCCL_SOCKET_IFNAME");
+  const std::string before = saved != nullptr ? saved : "";
+  unsetenv("NCCL_SOCKET_IFNAME");
+  seedNcclSocketInterface("127.0.0.1");
+  EXPECT_EQ(std::getenv("NCCL_SOCKET_IFNAME"), nullptr) << "loopback is not handed to NCCL";
+  if (!name.empty()) {
+    EXPECT_EQ(interfaceOfAddress(address), name);
+    seedNcclSocketInterface(address);
+    ASSERT_NE(std::getenv("NCCL_SOCKET_IFNAME"), nullptr);
+    EXPECT_EQ(std::string(std::getenv("NCCL_SOCKET_IFNAME")), "=" + name);
+  }
+  setenv("NCCL_SOCKET_IFNAME", "ib0", 1);
+  seedNcclSocketInterface(address.empty() ? "127.0.0.1" : address);
+  EXPECT_EQ(std::string(std::getenv("NCCL_SOCKET_IFNAME")), "ib0") << "the user's choice stands";
+  if (saved != nullptr) {
+    setenv("NCCL_SOCKET_IFNAME", before.c_str(), 1);
+  } else {
+    unsetenv("NCCL_SOCKET_IFNAME");
+  }
 }
 
 TEST(Rendezvous, BadConfigIsRejectedBeforeAnyNetworking) {

@@ -698,7 +698,9 @@ TEST(TcpStoreLimits, StrangersDoNotTakeMembersSlots) {
   for (size_t i = 0; i < fds.size(); ++i) {
     const bool c = closedNow(fds[i]);
     closed += c;
-    if (i < 6) EXPECT_TRUE(c) << "the oldest connection " << i << " is still open";
+    if (i < 6) {
+      EXPECT_TRUE(c) << "the oldest connection " << i << " is still open";
+    }
   }
   EXPECT_EQ(closed, 6);
   for (int fd : fds) close(fd);

@@ -319,6 +319,18 @@ class CudaDeviceApi final : public DeviceApi {
   int commDestroy(CommHandle comm) noexcept override { return ncclCommDestroy(ncclCommOf(comm)); }
   int commAbort(CommHandle comm) noexcept override { return ncclCommAbort(ncclCommOf(comm)); }
 
+  int memAlloc(void **data, size_t bytes) noexcept override {
+    *data = nullptr;
+    return ncclMemAlloc(data, bytes);
+  }
+  int memFree(void *data) noexcept override { return data == nullptr ? ncclSuccess : ncclMemFree(data); }
+  int commRegister(CommHandle comm, void *data, size_t bytes, void **handle) noexcept override {
+    return ncclCommRegister(ncclCommOf(comm), data, bytes, handle);
+  }
+  int commDeregister(CommHandle comm, void *handle) noexcept override {
+    return ncclCommDeregister(ncclCommOf(comm), handle);
+  }
+
   // The factor as a host scalar of the dtype, which NCCL copies when the operator is made.
   int createPreMulSum(RedOp *op, DType dtype, double factor, CommHandle comm) noexcept override {
     union {

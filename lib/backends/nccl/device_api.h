@@ -111,6 +111,16 @@ class DeviceApi {
   virtual int commDestroy(CommHandle comm) noexcept = 0;
   virtual int commAbort(CommHandle comm) noexcept = 0;
 
+  // Memory for buffers NCCL may register (ncclMemAlloc: cuMem allocations NCCL can map for its
+  // peers); not stream-ordered: free only memory no queued work uses. *data is nullptr on failure.
+  virtual int memAlloc(void **data, size_t bytes) noexcept = 0;
+  virtual int memFree(void *data) noexcept = 0;
+  // ncclCommRegister / ncclCommDeregister: `data` stays registered with `comm` (NCCL may then
+  // move it without staging copies) until deregistered, which must come before the
+  // communicator is destroyed.
+  virtual int commRegister(CommHandle comm, void *data, size_t bytes, void **handle) noexcept = 0;
+  virtual int commDeregister(CommHandle comm, void *handle) noexcept = 0;
+
   virtual int createPreMulSum(RedOp *op, DType dtype, double factor, CommHandle comm) noexcept = 0;
   virtual int destroyRedOp(RedOp op, CommHandle comm) noexcept = 0;
 

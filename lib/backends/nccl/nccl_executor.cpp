@@ -86,6 +86,36 @@ class DeviceShare {
   int before_ = 0;
 };
 
+// ncclCommAbort on a thread of its own, waited for at most kAbortWaitS: an abort can block (a
+// proxy thread stuck in a socket call to a dead host, a kernel that never yields), and it runs
+// on an engine thread that must go on failing the set's requests and answering its peers. An
+// abort that outlives the wait is left to finish on its own, with a warning.
+constexpr int kAbortWaitS = 10;
+
+void abortBounded(gpu::DeviceApi &api, gpu::CommHandle comm, int device) {
+  struct Done {
+    std::mutex mutex;
+    std::condition_variable cv;
+    bool done = false;
+  };
+  auto done = std::make_shared<Done>();
+  std::thread([&api, comm, device, done] {
+    try {
+      api.setDevice(device);
+    } catch (const Error &) {  // the abort is still worth trying
+    }
+    api.commAbort(comm);
+    std::lock_guard<std::mutex> lock(done->mutex);
+    done->done = true;
+    done->cv.notify_all();
+  }).detach();
+  std::unique_lock<std::mutex> lock(done->mutex);
+  if (!done->cv.wait_for(lock, std::chrono::seconds(kAbortWaitS), [&] { return done->done; })) {
+    HORA_LOG(kWarning) << "ncclCommAbort on cuda:" << device << " has not returned after " << kAbortWaitS
+                       << " s; going on without it";
+  }
+}
+
 // A communicator whose every call has a deadline: non-blocking mode, polled; on an error or the
 // deadline it is aborted, which is what keeps a dead peer from hanging the engine forever.
 class Comm {
@@ -94,8 +124,8 @@ class Comm {
       : api_(api), device_(device), rank_(rank), size_(size), timeoutS_(timeoutS),
         cancel_(const_cast<int *>(cancelHost)) {}
 
-  // Joins the communicator of `uniqueId` (collective); maxCTAs 0: NCCL's choice.
-  void init(const std::string &uniqueId, int maxCTAs) {
+  // Joins the communicator of `uniqueId` (collective) within `limitS`; maxCTAs 0: NCCL's choice.
+  void init(const std::string &uniqueId, int maxCTAs, double limitS) {
     WideAffinity wide;
     const int r = api_.commInit(&comm_, uniqueId, size_, rank_, maxCTAs);
     if (r != kNcclSuccess && r != kNcclInProgress) {
@@ -106,7 +136,7 @@ class Comm {
       HORA_THROW(HORA_ERR_BACKEND, "creating the NCCL communicator: NCCL error ",
                  api_.ncclErrorString(r), last, where());
     }
-    settle("creating the NCCL communicator", Clock::now() + deadline(), Settle::kNap);
+    settle("creating the NCCL communicator", limitS, "HORA_NCCL_INIT_TIMEOUT_S", Settle::kNap);
   }
 
   // Orderly when it can be: finalize (flushes outstanding work, collective with the peers, who
@@ -127,7 +157,7 @@ class Comm {
         return;
       }
     }
-    api_.commAbort(comm_);
+    abortBounded(api_, comm_, device_);
   }
   Comm(const Comm &) = delete;
   Comm &operator=(const Comm &) = delete;
@@ -154,7 +184,7 @@ class Comm {
   // settle before anything else is queued on the stream: the launch may not have reached it yet.
   void call(int r, const char *what) {
     if (r == kNcclInProgress) {
-      settle(what, Clock::now() + deadline(), Settle::kSpin);
+      settle(what, timeoutS_, "HORA_TIMEOUT_S", Settle::kSpin);
     } else if (r != kNcclSuccess) {
       fail(HORA_ERR_BACKEND, detail::concat(what, ": NCCL error ", api_.ncclErrorString(r), lastError()));
     }
@@ -173,7 +203,8 @@ class Comm {
 
   // Polls until the communicator is no longer in progress; an error or the deadline aborts it.
   // (Creation and launches only: queued work completes by event, not here.)
-  void settle(const char *what, Clock::time_point end, Settle how) {
+  void settle(const char *what, double limitS, const char *knob, Settle how) {
+    const Clock::time_point end = Clock::now() + std::chrono::nanoseconds(static_cast<int64_t>(limitS * 1e9));
     auto nap = std::chrono::microseconds(1);
     for (int polls = 0;; ++polls) {
       const int s = state();
@@ -182,8 +213,8 @@ class Comm {
         fail(HORA_ERR_BACKEND, detail::concat(what, ": NCCL error ", api_.ncclErrorString(s), lastError()));
       }
       if ((polls & 63) == 0 && Clock::now() > end) {
-        fail(HORA_ERR_TIMEOUT, detail::concat(what, ": not done after ", timeoutS_,
-                                              " s (HORA_TIMEOUT_S); a peer may be gone or stuck"));
+        fail(HORA_ERR_TIMEOUT, detail::concat(what, ": not done after ", limitS, " s (", knob,
+                                              "); a peer may be gone or stuck"));
       }
       if (how == Settle::kSpin) {
         sched_yield();
@@ -207,7 +238,7 @@ class Comm {
     broken_ = true;
     brokenWhy_ = why;
     if (cancel_ != nullptr) *static_cast<volatile int *>(cancel_) = 1;
-    if (comm_ != nullptr) api_.commAbort(comm_);
+    if (comm_ != nullptr) abortBounded(api_, comm_, device_);
     comm_ = nullptr;
   }
 
@@ -318,7 +349,7 @@ class NcclExecutor final : public DeviceExecutor {
     int maxCTAs = 0;                     // agreed by every rank: 0 is NCCL's choice
   };
 
-  NcclExecutor(gpu::DeviceApi &api, ControlPlane &control, int device, double timeoutS,
+  NcclExecutor(gpu::DeviceApi &api, ControlPlane &control, int device, const NcclOptions &options,
                DeviceHooks hooks, Setup setup)
       : api_(api),
         device_(device),
@@ -327,8 +358,11 @@ class NcclExecutor final : public DeviceExecutor {
         hooks_(std::move(hooks)),
         shared_(std::make_shared<Shared>()),
         share_(std::move(setup.share)),
+        fusionLimit_(static_cast<size_t>(std::max<int64_t>(options.fusionBytes, 0))),
+        directBytes_(options.directBytes),
         completions_(api, device, gpu::Completions::Hooks{hooks_.wake, hooks_.finished}, kCompletionSpin),
-        comm_(api, device, control.rank(), control.size(), timeoutS, setup.cancel.host) {
+        fusionMemory_(api),
+        comm_(api, device, control.rank(), control.size(), options.timeoutS, setup.cancel.host) {
     std::string id;
     if (control.rank() == 0) {  // the id, or why there is none (nobody waits for an id that never comes)
       try {
@@ -340,7 +374,7 @@ class NcclExecutor final : public DeviceExecutor {
     control.broadcastFromRoot(id);
     if (!id.empty() && id[0] == '!') HORA_THROW(HORA_ERR_BACKEND, "no NCCL communicator: ", id.substr(1));
     const int maxCTAs = setup.maxCTAs;
-    comm_.init(id, maxCTAs);
+    comm_.init(id, maxCTAs, options.initTimeoutS);
     HORA_LOG(kInfo) << "NCCL " << api_.ncclVersion() << " communicator: rank " << comm_.rank()
                     << " of " << comm_.size() << " on cuda:" << device
                     << (maxCTAs == 0 ? std::string()
@@ -365,6 +399,12 @@ class NcclExecutor final : public DeviceExecutor {
       shared_->returned.clear();
     }
     if (fusion_ != nullptr) api_.release(fusion_, stream_);
+    // The registered buffer is deregistered while the communicator lives (the engine drained or
+    // aborted its work before this: an aborted communicator took its registrations with it);
+    // fusionMemory_ frees it after the communicator is gone.
+    if (fusionRegistration_ != nullptr && comm_.get() != nullptr && !comm_.broken()) {
+      api_.commDeregister(comm_.get(), fusionRegistration_);
+    }
     inFlight_.clear();  // their events go back to the pool once the completion thread saw them
     if (reclaimEvent_ != nullptr) api_.destroyEvent(reclaimEvent_);
     // comm_ is destroyed after this body (finalized, or aborted), then the completion thread
@@ -540,33 +580,64 @@ class NcclExecutor final : public DeviceExecutor {
     if (plan.premulSum) premul = std::make_unique<PreMulSum>(api_, comm_, dtype, plan.premulFactor);
     const gpu::RedOp op = premul ? premul->get() : static_cast<gpu::RedOp>(plan.op);
 
-    if (tensors.size() == 1) {  // reduced where it lies
+    // Zero-copy fusion: tensors of at least HORA_CUDA_DIRECT_BYTES are reduced where they lie,
+    // each its own call in the same NCCL group as the packed smaller ones (one launch); only the
+    // small ones are copied. The split depends on agreed sizes only, so every rank makes the same
+    // calls in the same order. A kernel prescale (integers; NCCL's PreMulSum covers floats)
+    // packs every tensor: it must not touch a caller's input.
+    std::vector<size_t> direct, packed;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const int64_t bytes = tensors[i].numel * static_cast<int64_t>(esize);
+      const bool alone = directBytes_ > 0 && bytes >= directBytes_ && plan.kernelPrescale == 1.0;
+      (alone ? direct : packed).push_back(i);
+    }
+    if (packed.size() == 1 && plan.kernelPrescale == 1.0) {  // nothing to fuse it with
+      direct.push_back(packed.front());
+      packed.clear();
+      std::sort(direct.begin(), direct.end());
+    }
+    if (tensors.size() == 1 && plan.kernelPrescale != 1.0) {  // scaled into the output, reduced there
       const TensorArg &t = tensors[0];
-      const void *src = t.in;
-      if (plan.kernelPrescale != 1.0) {
-        copy(t.out, t.in, static_cast<size_t>(t.numel) * esize);
-        scale(t.out, t.numel, dtype, plan.kernelPrescale);
-        src = t.out;
-      }
-      comm_.call(api_.allReduce(src, t.out, static_cast<size_t>(t.numel), dtype, op, comm_.get(), stream_),
-                 "ncclAllReduce");
-      scale(t.out, t.numel, dtype, plan.kernelPostscale);
-    } else {
+      copy(t.out, t.in, static_cast<size_t>(t.numel) * esize);
+      scale(t.out, t.numel, dtype, plan.kernelPrescale);
+      tensors[0].in = t.out;
+      direct = {0};
+      packed.clear();
+    }
+    char *buf = nullptr;
+    Layout layout;
+    std::vector<nccl_kernels::CopyItem> unpack;
+    if (!packed.empty()) {
       std::vector<int64_t> bytes;
-      for (const TensorArg &t : tensors) bytes.push_back(t.numel * static_cast<int64_t>(esize));
-      const Layout layout = packLayout(bytes, esize);
-      char *buf = static_cast<char *>(fusion(static_cast<size_t>(layout.bytes)));
-      std::vector<nccl_kernels::CopyItem> in, out;
-      for (size_t i = 0; i < tensors.size(); ++i) {
-        in.push_back({tensors[i].in, buf + layout.offsets[i], bytes[i]});
-        out.push_back({buf + layout.offsets[i], tensors[i].out, bytes[i]});
+      for (size_t i : packed) bytes.push_back(tensors[i].numel * static_cast<int64_t>(esize));
+      layout = packLayout(bytes, esize);
+      buf = static_cast<char *>(fusion(static_cast<size_t>(layout.bytes)));
+      std::vector<nccl_kernels::CopyItem> pack;
+      for (size_t k = 0; k < packed.size(); ++k) {
+        const TensorArg &t = tensors[packed[k]];
+        pack.push_back({t.in, buf + layout.offsets[k], bytes[k]});
+        unpack.push_back({buf + layout.offsets[k], t.out, bytes[k]});
       }
-      api_.batchedCopy(in, nullptr, stream_);  // writes only hora's buffer: no flag to read
+      api_.batchedCopy(pack, nullptr, stream_);  // writes only hora's buffer: no flag to read
       scale(buf, layout.elements, dtype, plan.kernelPrescale);
-      comm_.call(api_.allReduce(buf, buf, static_cast<size_t>(layout.elements), dtype, op, comm_.get(), stream_),
-                 "ncclAllReduce (fused)");
+    }
+    {
+      GroupCalls group(api_, comm_);
+      if (!packed.empty()) {
+        group.add(api_.allReduce(buf, buf, static_cast<size_t>(layout.elements), dtype, op, comm_.get(), stream_),
+                  "ncclAllReduce (fused)");
+      }
+      for (size_t i : direct) {
+        const TensorArg &t = tensors[i];
+        group.add(api_.allReduce(t.in, t.out, static_cast<size_t>(t.numel), dtype, op, comm_.get(), stream_),
+                  "ncclAllReduce");
+      }
+      group.close();
+    }
+    for (size_t i : direct) scale(tensors[i].out, tensors[i].numel, dtype, plan.kernelPostscale);
+    if (!packed.empty()) {
       scale(buf, layout.elements, dtype, plan.kernelPostscale);
-      api_.batchedCopy(out, cancel_.device, stream_);
+      api_.batchedCopy(unpack, cancel_.device, stream_);
     }
     end(detail::concat("allreduce '", agreed.name, "'", requests.size() > 1 ? " (fused)" : ""));
   }
@@ -797,7 +868,16 @@ class NcclExecutor final : public DeviceExecutor {
   }
 
   // Grows in 16 MiB steps, and only grows; the old buffer is released in stream order.
+  // Room for `bytes` of packed tensors, in stream order after the work queued so far.
   void *fusion(size_t bytes) {
+    if (!fusionTried_) {
+      fusionTried_ = true;
+      allocateFusionBuffer();
+    }
+    if (fusionMemory_.data != nullptr) {
+      return bytes <= fusionMemory_.bytes ? fusionMemory_.data : scratch(bytes);
+    }
+    // No NCCL memory: stream-ordered, grown in 16 MiB steps, never shrunk.
     if (fusion_ == nullptr || fusionBytes_ < bytes) {
       constexpr size_t kStep = size_t{16} << 20;
       const size_t size = (bytes + kStep - 1) / kStep * kStep;
@@ -807,6 +887,31 @@ class NcclExecutor final : public DeviceExecutor {
       fusionBytes_ = size;
     }
     return fusion_;
+  }
+
+  // Once, at the first fused op: HORA_FUSION_THRESHOLD bytes from ncclMemAlloc, registered with
+  // the communicator. Either step may fail (no cuMem support, an NCCL without registration): the
+  // buffer is then stream-ordered memory, or unregistered.
+  void allocateFusionBuffer() {
+    if (fusionLimit_ == 0) return;
+    void *data = nullptr;
+    const int r = api_.memAlloc(&data, fusionLimit_);
+    if (r != kNcclSuccess || data == nullptr) {
+      HORA_LOG(kInfo) << "cuda:" << device_ << ": ncclMemAlloc of the fusion buffer failed (NCCL error "
+                      << api_.ncclErrorString(r) << "); using stream-ordered memory";
+      return;
+    }
+    fusionMemory_.data = data;
+    fusionMemory_.bytes = fusionLimit_;
+    void *handle = nullptr;
+    const int reg = api_.commRegister(comm_.get(), data, fusionLimit_, &handle);
+    if (reg == kNcclInProgress) comm_.call(reg, "ncclCommRegister of the fusion buffer");
+    if (reg == kNcclSuccess || reg == kNcclInProgress) {
+      fusionRegistration_ = handle;
+    } else {
+      HORA_LOG(kInfo) << "cuda:" << device_ << ": ncclCommRegister of the fusion buffer failed (NCCL error "
+                      << api_.ncclErrorString(reg) << "); it stays unregistered";
+    }
   }
 
   void copy(void *dst, const void *src, size_t bytes) {
@@ -830,6 +935,13 @@ class NcclExecutor final : public DeviceExecutor {
   std::shared_ptr<DeviceEnd> lastEnd_;  // the last op's, for stream-ordered waits
   gpu::EventHandle reclaimEvent_ = nullptr;
   std::vector<void *> scratch_;  // this op's
+  // The fusion buffer: ncclMemAlloc'ed once, HORA_FUSION_THRESHOLD bytes, registered with the
+  // communicator (packed bytes beyond it, a grouped allreduce's, go through scratch); where NCCL
+  // cannot allocate it, stream-ordered memory that grows as needed (fusion_).
+  const size_t fusionLimit_;
+  const int64_t directBytes_;
+  bool fusionTried_ = false;
+  void *fusionRegistration_ = nullptr;
   void *fusion_ = nullptr;
   size_t fusionBytes_ = 0;
   uint64_t queued_ = 0;
@@ -840,6 +952,16 @@ class NcclExecutor final : public DeviceExecutor {
   // Destroyed after comm_: its thread ends once the events it watches completed, which they do
   // once the communicator is finalised or aborted.
   gpu::Completions completions_;
+  // ncclMemAlloc'ed memory, freed after comm_ (no kernel of it can run then).
+  struct NcclMemory {
+    explicit NcclMemory(gpu::DeviceApi &api) : api(api) {}
+    ~NcclMemory() {
+      if (data != nullptr) api.memFree(data);
+    }
+    gpu::DeviceApi &api;
+    void *data = nullptr;
+    size_t bytes = 0;
+  } fusionMemory_;
   // Last: destroyed first, so that its kernels are finalised or aborted before the stream and
   // flag they use go (the owner below destroys those).
   Comm comm_;
@@ -861,8 +983,8 @@ class OwnedExecutor final : public DeviceExecutor {
     if (setup_.stream != nullptr) api_.destroyStream(setup_.stream);
     if (setup_.cancel.host != nullptr) api_.destroyCancelFlag(setup_.cancel);
   }
-  void start(ControlPlane &control, double timeoutS, DeviceHooks hooks) {
-    inner_ = std::make_unique<NcclExecutor>(api_, control, device_, timeoutS, std::move(hooks), setup_);
+  void start(ControlPlane &control, const NcclOptions &options, DeviceHooks hooks) {
+    inner_ = std::make_unique<NcclExecutor>(api_, control, device_, options, std::move(hooks), setup_);
   }
   int device() const override { return device_; }
   void allreduce(const std::vector<Request *> &requests, const Response &response, int contributors) override {
@@ -900,6 +1022,14 @@ int defaultCudaDevice(gpu::DeviceApi &api, int localRank) {
 
 std::unique_ptr<DeviceExecutor> createNcclExecutor(gpu::DeviceApi &api, ControlPlane &control,
                                                    int device, double timeoutS, DeviceHooks hooks) {
+  NcclOptions options;
+  options.timeoutS = options.initTimeoutS = timeoutS;
+  return createNcclExecutor(api, control, device, options, std::move(hooks));
+}
+
+std::unique_ptr<DeviceExecutor> createNcclExecutor(gpu::DeviceApi &api, ControlPlane &control,
+                                                   int device, const NcclOptions &options,
+                                                   DeviceHooks hooks) {
   // 1. This rank's CUDA, every failure caught: the ranks agree on it before anyone waits for an
   // id, and on the CTA cap in the same AND.
   NcclExecutor::Setup setup;
@@ -947,7 +1077,7 @@ std::unique_ptr<DeviceExecutor> createNcclExecutor(gpu::DeviceApi &api, ControlP
                                : detail::concat("; rank ", rank, " on cuda:", device, ": ", failure));
   }
   // 2, 3. The unique id and the communicator.
-  owned->start(control, timeoutS, std::move(hooks));
+  owned->start(control, options, std::move(hooks));
   return owned;
 }
 

@@ -4,6 +4,7 @@
 // suite against a fake device as well as on a GPU.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
 #include "backends/nccl/device_api.h"
@@ -17,9 +18,19 @@ namespace hora {
 //      architecture); the ranks agree that all of them could (one AND), so that a rank whose
 //      setup failed makes every rank fail at once, naming it, instead of leaving them waiting;
 //   2. rank 0 makes NCCL's unique id and the control plane carries it to the others;
-//   3. every rank joins a non-blocking communicator, waiting at most timeoutS before aborting
-//      it with HORA_ERR_TIMEOUT.
+//   3. every rank joins a non-blocking communicator, waiting at most options.initTimeoutS before
+//      aborting it with HORA_ERR_TIMEOUT.
 // Throws Error(HORA_ERR_BACKEND) naming CUDA's or NCCL's error and the ranks that failed.
+struct NcclOptions {
+  double timeoutS = 300;      // HORA_TIMEOUT_S: an op, or the communicator's end
+  double initTimeoutS = 120;  // HORA_NCCL_INIT_TIMEOUT_S (capped at timeoutS): its creation
+  int64_t fusionBytes = int64_t{64} << 20;  // HORA_FUSION_THRESHOLD: the registered fusion buffer
+  int64_t directBytes = int64_t{1} << 20;   // HORA_CUDA_DIRECT_BYTES: 0 packs every tensor
+};
+std::unique_ptr<DeviceExecutor> createNcclExecutor(gpu::DeviceApi &api, ControlPlane &control,
+                                                   int device, const NcclOptions &options,
+                                                   DeviceHooks hooks);
+// The defaults, but `timeoutS` for both deadlines (tests).
 std::unique_ptr<DeviceExecutor> createNcclExecutor(gpu::DeviceApi &api, ControlPlane &control,
                                                    int device, double timeoutS,
                                                    DeviceHooks hooks);

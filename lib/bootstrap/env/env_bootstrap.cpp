@@ -3,17 +3,20 @@
 #include "bootstrap/env/env_bootstrap.h"
 
 #include <arpa/inet.h>
+#include <ifaddrs.h>
 #include <netdb.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <atomic>
 #include <chrono>
 #include <mutex>
 #include <thread>
 
 #include "base/error.h"
+#include "base/logging.h"
 #include "base/test_points.h"
 #include "bootstrap/env/elastic.h"
 #include "bootstrap/env/rendezvous.h"
@@ -120,6 +123,7 @@ class EnvWorld final : public Bootstrap {
       rv_ = rendezvous(config, knobs.timeoutS, gEpochs++);
     }
     localAddress_ = routeAddressTo(config.masterAddr, config.masterPort);
+    if (rv_.topology.crossSize > 1) seedNcclSocketInterface(localAddress_);
     server_ = config.agentStore ? "horarun's agent at " + rv_.address
                                 : "rank 0 at " + rv_.address + " (host " +
                                       (rv_.hosts.empty() ? std::string("?") : rv_.hosts[0]) + ")";
@@ -241,6 +245,30 @@ std::string routeAddressTo(const std::string &host, int port) {
   }
   freeaddrinfo(found);
   return address;
+}
+
+std::string interfaceOfAddress(const std::string &address) {
+  ifaddrs *all = nullptr;
+  if (getifaddrs(&all) != 0) return "";
+  std::string name;
+  for (ifaddrs *i = all; i != nullptr && name.empty(); i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+    char text[INET_ADDRSTRLEN] = {0};
+    const auto *in = reinterpret_cast<const sockaddr_in *>(i->ifa_addr);
+    if (inet_ntop(AF_INET, &in->sin_addr, text, sizeof text) != nullptr && address == text) name = i->ifa_name;
+  }
+  freeifaddrs(all);
+  return name;
+}
+
+void seedNcclSocketInterface(const std::string &localAddress) {
+  if (std::getenv("NCCL_SOCKET_IFNAME") != nullptr) return;  // the user's choice stands
+  const std::string name = interfaceOfAddress(localAddress);
+  if (name.empty() || name == "lo") return;
+  // "=" asks NCCL for exactly this interface, not every one whose name starts so.
+  setenv("NCCL_SOCKET_IFNAME", ("=" + name).c_str(), 0);
+  HORA_LOG(kInfo) << "NCCL_SOCKET_IFNAME==" << name << " (the interface this rank reaches the store "
+                  << "through; set NCCL_SOCKET_IFNAME to choose another)";
 }
 
 }  // namespace hora

@@ -19,4 +19,13 @@ std::unique_ptr<Bootstrap> createEnvBootstrap(const LaunchConfig &config, const 
 // packet is sent): what peers should use to reach this rank. "127.0.0.1" for a loopback master.
 std::string routeAddressTo(const std::string &host, int port);
 
+// The network interface holding IPv4 `address` ("eth0"), "" if none does.
+std::string interfaceOfAddress(const std::string &address);
+
+// A world spanning hosts: unless the user set NCCL_SOCKET_IFNAME, sets it to the interface of
+// `localAddress` (the one this rank reached the store through, so its peers reach it there too),
+// before any NCCL communicator reads it. NCCL's own choice can be an interface the other hosts
+// cannot reach (a container's bridge, a second NIC): its bootstrap then waits until it times out.
+void seedNcclSocketInterface(const std::string &localAddress);
+
 }  // namespace hora
