@@ -91,8 +91,9 @@ else
   echo "ok: --op allgather, -c 0"
 fi
 
-# --help is not an error
-if ! "$@" "$bench" --help | grep -q "usage: mpirun -np N hora-bench"; then
+# --help is not an error. (Read whole: grep -q stops reading at the first match, and the
+# launcher, its output cut off, aborts the job on SIGPIPE.)
+if ! help=$("$@" "$bench" --help) || ! grep -q "usage: mpirun -np N hora-bench" <<<"$help"; then
   echo "FAIL: hora-bench --help"
   failures=$((failures + 1))
 fi
