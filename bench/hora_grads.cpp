@@ -315,16 +315,46 @@ Result measureSteps(const Options &opt, int64_t bytes, const std::function<void(
   return r;
 }
 
-// One model's gradient buffer (float32, one allocation; each tensor a slice of it) and the steps
-// that reduce it.
-class Step {
+// hora's step over one model's gradients, wherever they lie: every tensor submitted in place in
+// backprop order (the reverse of the file's), then each waited for.
+class HoraStep {
  public:
-  Step(const Model &m, int rank, int n) : m_(m), grads_(static_cast<size_t>(m.bytes())) {
+  explicit HoraStep(const Model &m) : m_(m) {
     for (const Tensor &t : m.tensors) {
       names_.push_back("grads." + m.name + "." + t.name);
       shapes_.push_back(t.numel);
     }
     requests_.resize(m.tensors.size());
+  }
+
+  void run(float *grads, DLDevice device) {
+    const size_t count = m_.tensors.size();
+    for (size_t i = count; i-- > 0;) {
+      DLTensor t = cpuTensor(grads + m_.tensors[i].offset, DLDataType{kDLFloat, 32, 1}, &shapes_[i]);
+      t.device = device;
+      checkHora(hora_allreduce_async(names_[i].c_str(), &t, &t, HORA_OP_SUM, 1.0, 1.0, 0,
+                                     &requests_[count - 1 - i]),
+                "hora_allreduce_async");
+    }
+    for (hora_request_t &r : requests_) {
+      checkHora(hora_wait(r), "hora_wait");
+      hora_request_free(r);
+      r = nullptr;
+    }
+  }
+
+ private:
+  const Model &m_;
+  std::vector<std::string> names_;
+  std::vector<int64_t> shapes_;
+  std::vector<hora_request_t> requests_;
+};
+
+// One model's gradient buffer (float32, one allocation; each tensor a slice of it) and the steps
+// that reduce it.
+class Step {
+ public:
+  Step(const Model &m, int rank, int n) : m_(m), grads_(static_cast<size_t>(m.bytes())), hora_(m) {
     // Every input and result element depends on its index mod 7 only (see reduceInput).
     for (int j = 0; j < 7; ++j) {
       input_[j] = static_cast<float>(reduceInput(HORA_OP_SUM, rank, n, j));
@@ -348,22 +378,7 @@ class Step {
     return wrong;
   }
 
-  // Every tensor submitted in reverse order, in place, then each waited for.
-  void hora() {
-    const size_t count = m_.tensors.size();
-    for (size_t i = count; i-- > 0;) {
-      DLTensor t = cpuTensor(data() + m_.tensors[i].offset, DLDataType{kDLFloat, 32, 1},
-                             &shapes_[i]);
-      checkHora(hora_allreduce_async(names_[i].c_str(), &t, &t, HORA_OP_SUM, 1.0, 1.0, 0,
-                                     &requests_[count - 1 - i]),
-                "hora_allreduce_async");
-    }
-    for (hora_request_t &r : requests_) {
-      checkHora(hora_wait(r), "hora_wait");
-      hora_request_free(r);
-      r = nullptr;
-    }
-  }
+  void hora() { hora_.run(data(), DLDevice{kDLCPU, 0}); }
 
   void mpiPerTensor() {
     for (size_t i = m_.tensors.size(); i-- > 0;)
@@ -395,9 +410,7 @@ class Step {
  private:
   const Model &m_;
   Buffer grads_;
-  std::vector<std::string> names_;
-  std::vector<int64_t> shapes_;
-  std::vector<hora_request_t> requests_;
+  HoraStep hora_;
   float input_[7], expected_[7];
 };
 
@@ -407,12 +420,7 @@ class Step {
 class CudaStep {
  public:
   CudaStep(const Model &m, CudaSide &cuda, int rank, int n)
-      : m_(m), cuda_(cuda), rank_(rank), n_(n), host_(static_cast<size_t>(m.bytes())) {
-    for (const Tensor &t : m.tensors) {
-      names_.push_back("grads." + m.name + "." + t.name);
-      shapes_.push_back(t.numel);
-    }
-    requests_.resize(m.tensors.size());
+      : m_(m), cuda_(cuda), rank_(rank), n_(n), host_(static_cast<size_t>(m.bytes())), hora_(m) {
     fill();
   }
 
@@ -447,23 +455,7 @@ class CudaStep {
     return wrong;
   }
 
-  // Every tensor submitted in reverse order, in place, then each waited for.
-  void hora() {
-    const size_t count = m_.tensors.size();
-    for (size_t i = count; i-- > 0;) {
-      DLTensor t = cpuTensor(device() + m_.tensors[i].offset, DLDataType{kDLFloat, 32, 1},
-                             &shapes_[i]);
-      t.device = DLDevice{kDLCUDA, cuda_.device()};
-      checkHora(hora_allreduce_async(names_[i].c_str(), &t, &t, HORA_OP_SUM, 1.0, 1.0, 0,
-                                     &requests_[count - 1 - i]),
-                "hora_allreduce_async");
-    }
-    for (hora_request_t &r : requests_) {
-      checkHora(hora_wait(r), "hora_wait");
-      hora_request_free(r);
-      r = nullptr;
-    }
-  }
+  void hora() { hora_.run(device(), DLDevice{kDLCUDA, cuda_.device()}); }
 
   // As nccl-tests queues its ops: back to back on one stream, one synchronisation.
   void ncclPerTensor() {
@@ -486,9 +478,7 @@ class CudaStep {
   CudaSide &cuda_;
   const int rank_, n_;
   Buffer host_;
-  std::vector<std::string> names_;
-  std::vector<int64_t> shapes_;
-  std::vector<hora_request_t> requests_;
+  HoraStep hora_;
 };
 
 // One --planes entry and what it measured.
