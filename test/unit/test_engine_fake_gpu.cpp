@@ -131,5 +131,29 @@ TEST(EngineFakeGpu, ShutdownWaitsForQueuedDeviceWork) {
   EXPECT_EQ(g, std::vector<float>(6, 1.5f));
 }
 
+// A stream-ordered wait returns once the engine has queued the op, with the caller's stream
+// behind it: the caller's copy of the result runs after the op although the host never waited.
+TEST(EngineFakeGpu, AStreamOrderedWaitReturnsOnceTheOpIsQueued) {
+  World w;
+  const Device cuda{2, 0};
+  std::vector<float> warm(2, 1.0f), g(8, 4.0f), seen(8, -1.0f);
+  RequestPtr first = allreduce("warm", warm, cuda);
+  w.engine->submit(first);
+  ASSERT_TRUE(doneWithin(*first, std::chrono::seconds(10)));
+  w.device.hold(true);
+  RequestPtr a = allreduce("g", g, cuda, 0.25);
+  w.engine->submit(a);
+  gpu::StreamHandle caller = w.device.createStream();
+  EXPECT_TRUE(a->waitOnStream(caller).ok());
+  EXPECT_FALSE(a->done()) << "the device is held: launched, not finished";
+  w.device.copy(seen.data(), g.data(), g.size() * sizeof(float), caller);
+  w.device.hold(false);
+  ASSERT_TRUE(doneWithin(*a, std::chrono::seconds(10)));
+  w.device.drain();
+  EXPECT_EQ(seen, std::vector<float>(8, 1.0f)) << "the caller's stream ran after the op";
+  EXPECT_TRUE(a->waitOnStream(caller).ok()) << "a completed request: its status";
+  w.device.destroyStream(caller);
+}
+
 }  // namespace
 }  // namespace hora
