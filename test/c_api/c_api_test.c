@@ -66,6 +66,7 @@ static hora_status_t (*const p_process_set_destroy)(int32_t) = hora_process_set_
 static int (*const p_process_set_rank)(int32_t) = hora_process_set_rank;
 static int (*const p_process_set_size)(int32_t) = hora_process_set_size;
 static hora_status_t (*const p_cuda_set_stream)(void *) = hora_cuda_set_stream;
+static hora_status_t (*const p_cuda_wait)(hora_request_t, void *) = hora_cuda_wait;
 static hora_status_t (*const p_timeline_start)(const char *) = hora_timeline_start;
 static hora_status_t (*const p_timeline_stop)(void) = hora_timeline_stop;
 static const char *(*const p_status_string)(hora_status_t) = hora_status_string;
@@ -128,8 +129,8 @@ int main(void) {
       (any_fn)p_barrier, (any_fn)p_join, (any_fn)p_poll, (any_fn)p_wait,
       (any_fn)p_request_output, (any_fn)p_request_received_splits, (any_fn)p_request_free,
       (any_fn)p_process_set_create, (any_fn)p_process_set_destroy, (any_fn)p_process_set_rank,
-      (any_fn)p_process_set_size, (any_fn)p_cuda_set_stream, (any_fn)p_timeline_start,
-      (any_fn)p_timeline_stop,
+      (any_fn)p_process_set_size, (any_fn)p_cuda_set_stream, (any_fn)p_cuda_wait,
+      (any_fn)p_timeline_start, (any_fn)p_timeline_stop,
       (any_fn)p_status_string, (any_fn)p_last_error, (any_fn)p_reject, (any_fn)p_set_join_mode};
   const hora_status_t statuses[] = {
       HORA_SUCCESS, HORA_ERR_INVALID_ARGUMENT, HORA_ERR_NOT_INITIALIZED,

@@ -14,7 +14,7 @@ expected=(
   hora_alltoall_async hora_reducescatter_async hora_barrier hora_join
   hora_poll hora_wait hora_request_output hora_request_received_splits hora_request_free
   hora_process_set_create hora_process_set_destroy hora_process_set_rank hora_process_set_size
-  hora_cuda_set_stream hora_timeline_start hora_timeline_stop hora_status_string hora_last_error
+  hora_cuda_set_stream hora_cuda_wait hora_timeline_start hora_timeline_stop hora_status_string hora_last_error
   hora_reject hora_set_join_mode
 )
 

@@ -895,6 +895,39 @@ TEST_F(GpuStream, SubmissionWaitsForTheCallersStream) {
       << "the result as read through the caller's stream";
 }
 
+// A stream-ordered wait (hora_cuda_wait): the caller's stream reads the result with no host
+// wait between submission and that read; the request still completes for hora_wait.
+TEST_F(GpuStream, AStreamOrderedWaitOrdersTheCallersStreamAfterTheOp) {
+  const DType &dt = mp::f32();
+  const int64_t count = int64_t{1} << 22;
+  const size_t bytes = static_cast<size_t>(count) * sizeof(float);
+  const int64_t salt = 9;
+  auto input = makeTensor(dt, {count});
+  mp::fillInput(*input, HORA_OP_SUM, salt);
+  DeviceTensor t(dt, {count}, device_);
+  CUDA_ASSERT_OK(t.status());
+  CUDA_ASSERT_OK(t.upload(*input));
+  DeviceTensor copy(dt, {count}, device_);
+  CUDA_ASSERT_OK(copy.status());
+  CUDA_ASSERT_OK(cudaMemset(copy.data(), 0xff, bytes));
+  CUDA_ASSERT_OK(cudaDeviceSynchronize());
+  CallerStream stream(device_);
+  CUDA_ASSERT_OK(stream.status());
+  MP_ASSERT_OK(hora_cuda_set_stream(stream.get()));
+  hora_request_t req = nullptr;
+  MP_ASSERT_OK(
+      hora_allreduce_async("gpu.stream.ordered", t.dl(), t.dl(), HORA_OP_SUM, 1.0, 1.0, 0, &req));
+  DeviceRequest guard(req);
+  MP_ASSERT_OK(hora_cuda_wait(req, stream.get()));
+  CUDA_ASSERT_OK(cudaMemcpyAsync(copy.data(), t.data(), bytes, cudaMemcpyDeviceToDevice, stream.get()));
+  CUDA_ASSERT_OK(cudaStreamSynchronize(stream.get()));
+  auto seen = makeTensor(dt, {count});
+  CUDA_ASSERT_OK(copy.download(*seen));
+  EXPECT_TRUE(mp::matchesReduction(*seen, HORA_OP_SUM, salt, 1.0, 1.0))
+      << "the caller's stream ran before the allreduce had finished";
+  MP_ASSERT_OK(hora_wait(req));
+}
+
 // --- a CUDA tensor this process cannot use ----------------------------------------------
 
 // A CUDA tensor on an ordinal this process does not have: every kind of submission refuses it
