@@ -131,7 +131,9 @@ void fillTyped(void *p, int64_t count, std::mt19937 &rng) {
 void fill(void *p, int64_t count, DType dtype, std::mt19937 &rng) {
   std::uniform_real_distribution<float> dist(0.5f, 2.0f);
   switch (dtype) {
-    case DType::kUInt8: return fillTyped<uint8_t>(p, count, rng);
+    case DType::kUInt8:
+    case DType::kBool: return fillTyped<uint8_t>(p, count, rng);
+    case DType::kInt16: return fillTyped<int16_t>(p, count, rng);
     case DType::kInt8: return fillTyped<int8_t>(p, count, rng);
     case DType::kInt32: return fillTyped<int32_t>(p, count, rng);
     case DType::kInt64: return fillTyped<int64_t>(p, count, rng);

@@ -334,7 +334,9 @@ TEST(Soak, RandomCollectivesFromSeveralThreads) {
     hora_request_free(r);
     more = go != 0;
   }
-  if (subset) MP_EXPECT_OK(hora_process_set_destroy(subset->id));
+  if (subset) {
+    MP_EXPECT_OK(hora_process_set_destroy(subset->id));
+  }
   std::printf("rank %d: %d rounds, %lld collectives checked in %.1f s\n", rank, rounds,
               static_cast<long long>(checked),
               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());

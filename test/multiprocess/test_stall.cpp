@@ -60,7 +60,9 @@ void allreduceEverywhere(const std::string &name) {
 
 // Restarts the runtime with these stall settings.
 void restartWith(const char *warningS, const char *shutdownS) {
-  if (hora_is_initialized()) MP_ASSERT_OK(hora_shutdown());
+  if (hora_is_initialized()) {
+    MP_ASSERT_OK(hora_shutdown());
+  }
   setenv("HORA_STALL_WARNING_S", warningS, 1);
   setenv("HORA_STALL_SHUTDOWN_S", shutdownS, 1);
   MP_ASSERT_OK(hora_init());
@@ -81,7 +83,9 @@ std::string stallOn(const std::string &name, hora_status_t expected, double atMo
   auto body = [&] {
     for (int round = 0;; ++round) {
       int done = 1;
-      if (req != nullptr) MP_EXPECT_OK(hora_poll(req, &done));
+      if (req != nullptr) {
+        MP_EXPECT_OK(hora_poll(req, &done));
+      }
       auto flag = makeTensor(f32(), {1});
       flag->fill([&](int64_t) { return done ? 0.0 : 1.0; });
       hora_request_t f = nullptr;
@@ -111,7 +115,9 @@ void expectReport(const std::string &log, const std::string &name) {
   const std::string submitted = n == 2 ? "submitted by rank 0," : n == 3 ? "submitted by ranks 0,2," : "";
   EXPECT_NE(log.find("stall: allreduce '" + name + "' (float32 [16,3], process set 0) has waited"),
             std::string::npos) << log;
-  if (!submitted.empty()) EXPECT_NE(log.find(submitted), std::string::npos) << log;
+  if (!submitted.empty()) {
+    EXPECT_NE(log.find(submitted), std::string::npos) << log;
+  }
   EXPECT_NE(log.find("not by rank 1"), std::string::npos) << log;
   EXPECT_NE(log.find(R"({"hora_stall":{"process_set":0,"name":")" + name + R"(","op":"allreduce")"),
             std::string::npos) << log;
@@ -163,7 +169,9 @@ TEST(Stall, SigusrOneReportsAtOnce) {
   if (r == 0) expectReport(log, "stall.signal");
   // Then HORA_STALL_SHUTDOWN_S ends it; keep every engine negotiating until it has.
   stallOn("stall.signal.end", HORA_ERR_TIMEOUT, 30);
-  if (req != nullptr) MP_EXPECT_STATUS(HORA_ERR_TIMEOUT, hora_wait(req));
+  if (req != nullptr) {
+    MP_EXPECT_STATUS(HORA_ERR_TIMEOUT, hora_wait(req));
+  }
   MP_ASSERT_OK(hora_shutdown());
   unsetenv("HORA_STALL_WARNING_S");
   unsetenv("HORA_STALL_SHUTDOWN_S");

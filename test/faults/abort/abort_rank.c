@@ -7,8 +7,9 @@
    reason, and nothing writes into the tensor after it refills it with 100 (looked at for 1 s).
    It then creates $DIR/aborted. The set's second rank waits for that file, submits 'x' with 2,
    and must fail within 5 s naming the first rank and the reason ("late rank failed: ..." is
-   printed with the message), then creates $DIR/late_done, until which the first rank stays. Every rank then runs an allreduce on the world, which must still
-   work where the set was not the world (printed "world ok S"). Exit 0 when every check holds. */
+   printed with the message), then creates $DIR/late_done, until which the first rank stays.
+   Every rank then runs an allreduce on the world, which must still work where the set was not
+   the world (printed "world ok S"). Exit 0 when every check holds. */
 #define _POSIX_C_SOURCE 200809L
 #include <hora/hora.h>
 #include <stdio.h>
@@ -43,7 +44,7 @@ int main(void) {
     fprintf(stderr, "hora_init: %s\n", hora_last_error());
     return 2;
   }
-  const int rank = hora_rank(), size = hora_size();
+  const int size = hora_size();
   const char *dir = getenv("DIR") ? getenv("DIR") : ".";
   const double after = getenv("ABORT_AFTER_S") ? atof(getenv("ABORT_AFTER_S")) : 0.5;
   int ranks[64], n = 0;
