@@ -1307,10 +1307,18 @@ int run(int argc, char **argv) {
       Row scratchRow;
       if (!shapes.empty() && shapes.front().bytes <= kColdPassMaxBytes)
         bench.run(shapes.front(), true, !rawDone, &scratch, &scratchRow);
-      for (Row &r : rows) {
+      for (size_t i = 0; i < rows.size(); ++i) {
+        Row &r = rows[i];
         bench.run(r.shape, true, !rawDone, &r.planes[p], &r);
         if (report) {
           report->printRow(stdout, r);
+          std::fflush(stdout);
+        } else if (rank == 0) {
+          // Several planes: the table needs every plane, so each size says it is done here.
+          const Timing &t = r.planes[p].hora();
+          std::printf("# hora on %s: size %zu/%zu, %lld bytes, %.1f us per op, %.2f GB/s busbw\n",
+                      plane.name.c_str(), i + 1, rows.size(),
+                      static_cast<long long>(r.shape.bytes), t.timeUs, t.busbw);
           std::fflush(stdout);
         }
       }

@@ -716,6 +716,12 @@ int runCuda(const Options &opt, const std::vector<ModelResult> &loaded, int rank
     cr.r[kNcclPerTensor] = step.measure(opt, [&] { step.ncclPerTensor(); });
     cr.r[kNcclFlat] = step.measure(opt, [&] { step.ncclFlat(); });
     for (const Result &r : cr.r) wrong += r.wrong;
+    if (rank == 0) {  // each model says it is done as it finishes; the table needs all of them
+      std::printf("# done: %s: hora %.2f ms, NCCL per tensor %.2f ms, NCCL flat %.2f ms (median "
+                  "step)\n", mr.model.name.c_str(), cr.r[kHoraNccl].medianMs,
+                  cr.r[kNcclPerTensor].medianMs, cr.r[kNcclFlat].medianMs);
+      std::fflush(stdout);
+    }
     results.push_back(cr);
   }
 
@@ -870,6 +876,13 @@ int run(int argc, char **argv) {
     std::fflush(stdout);
   }
 
+  // Each measurement says it is done as it finishes (the table below needs all of them).
+  auto progress = [&](const std::string &model, const std::string &variant, const Result &r) {
+    if (rank != 0 || !r.ran) return;
+    std::printf("# done: %s, %s: %.2f ms median step\n", model.c_str(), variant.c_str(),
+                r.medianMs);
+    std::fflush(stdout);
+  };
   // Per plane: latency and the fused steps with the knobs as launched (the raw rows too, in the
   // first plane that runs), then one restart without fusion for the unfused steps.
   Latency mpiLat, glooLat;
@@ -897,6 +910,7 @@ int run(int argc, char **argv) {
         mr.raw[kGlooPerTensor] = step.measure(opt, [&] { step.glooPerTensor(*gloo); });
         mr.raw[kGlooFlat] = step.measure(opt, [&] { step.glooFlat(*gloo); });
       }
+      for (int v = 0; v < kRaws; ++v) progress(mr.model.name, kRawLabels[v], mr.raw[v]);
     }
     rawDone = true;
   };
@@ -920,6 +934,7 @@ int run(int argc, char **argv) {
     for (size_t m = 0; m < results.size(); ++m) {
       Step step(results[m].model, rank, n);
       plane.fused[m] = step.measure(opt, [&] { step.hora(); });
+      progress(results[m].model.name, "hora " + plane.name + " (fusion on)", plane.fused[m]);
     }
     if (!rawDone) measureRaw();
     // hora reads its knobs at hora_init: shut down, set the knob, start again.
@@ -931,6 +946,7 @@ int run(int argc, char **argv) {
     for (size_t m = 0; m < results.size(); ++m) {
       Step step(results[m].model, rank, n);
       plane.unfused[m] = step.measure(opt, [&] { step.hora(); });
+      progress(results[m].model.name, "hora " + plane.name + " (fusion off)", plane.unfused[m]);
     }
   }
   if (!rawDone) {

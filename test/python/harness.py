@@ -15,7 +15,9 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 from time_scale import scaled  # noqa: E402  (re-exported for the test modules)
 
-PYTHON = "/usr/bin/python3"  # Debian's: numpy, torch and pytest live there
+# The interpreter running the tests (meson runs them with Debian's /usr/bin/python3, where numpy,
+# torch and pytest live; elsewhere, the one where hora was pip-installed), or HORA_TEST_PYTHON.
+PYTHON = os.environ.get("HORA_TEST_PYTHON") or sys.executable or "/usr/bin/python3"
 
 
 def launchers():
