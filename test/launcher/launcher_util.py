@@ -35,11 +35,11 @@ def clean_env(**extra):
     return env
 
 
-def run_horarun(args, env=None, timeout=RUN_TIMEOUT_S, input_data=None):
+def run_horarun(args, env=None, timeout=RUN_TIMEOUT_S, input_data=None, cwd=None):
     """Runs horarun to completion; returns (CompletedProcess with text output, seconds)."""
     start = time.monotonic()
     proc = subprocess.run([HORARUN] + list(args), env=env if env is not None else clean_env(),
-                          input=input_data if input_data is not None else "",
+                          input=input_data if input_data is not None else "", cwd=cwd,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           timeout=timeout, check=False)
     return proc, time.monotonic() - start

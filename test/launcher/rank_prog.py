@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """What one rank does in the horarun tests: rank_prog.py ACTION [ARGS...] (no hora needed)."""
 
+import atexit
 import json
 import os
 import signal
@@ -72,6 +73,32 @@ def trap(out_dir):
     return 1
 
 
+def raise_first(out_dir, failing_rank, delay, mode):
+    """The failing rank raises ValueError after `delay` s. The others: sleep (mode sleep:
+    horarun stops them), or fail 30 ms after it printed its traceback, the way a hora job's
+    ranks fail when a peer is gone (mode peers); with mode slow it then takes 0.3 s to exit
+    (atexit handlers), so the others exit first."""
+    marker = os.path.join(out_dir, "raised")
+    if RANK == int(failing_rank):
+        time.sleep(float(delay))
+        if mode == "slow":
+            atexit.register(time.sleep, 0.3)
+        if mode != "sleep":
+            atexit.register(write, marker, "")  # runs first: after the traceback is out
+        raise ValueError("boom from rank %d" % RANK)
+    if mode == "sleep":
+        time.sleep(30)
+        return 0
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not os.path.exists(marker):
+        time.sleep(0.005)
+    time.sleep(0.03)
+    sys.stderr.write("Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n"
+                     "RuntimeError: rank %d lost its peer\n" % RANK)
+    sys.stderr.flush()
+    os._exit(7)
+
+
 def echo_stdin():
     data = sys.stdin.read()
     print("stdin: %r" % data, flush=True)
@@ -87,6 +114,8 @@ def main(argv):
         return fail(*argv[1:])
     elif action == "trap":
         return trap(argv[1])
+    elif action == "raise":
+        return raise_first(*argv[1:])
     elif action == "stdin":
         echo_stdin()
     elif action == "exit":

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """horarun when a rank fails: one line naming it, the others stopped, nothing left behind."""
 
+import os
 import re
 import time
 import unittest
@@ -68,6 +69,35 @@ class RankFailure(TempDirTest):
         self.assertEqual(proc.returncode, 127)
         self.assertRegex(proc.stderr, re.escape("horarun: cannot start %s: " %
                                                 self.path("no-such-program")))
+
+
+class FirstFailure(TempDirTest):
+    """The summary line names the rank that failed first, with its status and exception line,
+    whatever the order horarun reaps the ranks in."""
+
+    def test_ten_jobs_name_the_rank_that_raised(self):
+        # Job j: rank j % 3 raises after a staggered delay; the others sleep until stopped
+        # (must not be named), or fail 30 ms after it (peers), or exit before it (slow: its
+        # atexit handlers take 0.3 s): by exit time alone a peer would be first.
+        modes = ["sleep", "peers", "slow"]
+        wrong = []
+        for job in range(10):
+            failing, mode = job % 3, modes[(job // 3) % 3]
+            out = self.path("job%d" % job)
+            os.mkdir(out)
+            args = ["-np", "3", "--grace", "1", "--stop-after", "0" if mode == "sleep" else "5"]
+            proc, _ = run_horarun(args + rank_cmd("raise", out, failing, 0.02 * job, mode))
+            lines = [l for l in proc.stderr.splitlines() if l.startswith("horarun: rank ")]
+            want = r"horarun: rank %d exited with status 1 \(ValueError: boom from rank %d\)" \
+                % (failing, failing)
+            if mode == "sleep":
+                want += "; stopping the other 2 ranks"
+            else:
+                want += "(; stopping the other (rank|2 ranks))?"  # peers may still run
+            if proc.returncode != 1 or len(lines) != 1 or not re.fullmatch(want, lines[0]):
+                wrong.append("job %d (%s, rank %d raises): status %d, %s" % (
+                    job, mode, failing, proc.returncode, lines))
+        self.assertEqual(wrong, [])
 
 
 if __name__ == "__main__":

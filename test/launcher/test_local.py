@@ -2,8 +2,10 @@
 """horarun in local mode: the environment each rank sees, and how its output comes back."""
 
 import json
+import os
 import re
 import shlex
+import shutil
 import socket
 import unittest
 
@@ -156,6 +158,66 @@ class RankOutput(TempDirTest):
         proc, _ = run_horarun(["-np", "3"] + rank_cmd("exit", 0))
         self.assertEqual(proc.returncode, 0)
         self.assertEqual(proc.stderr, "")
+
+
+class TorchrunPrograms(TempDirTest):
+    """torchrun's command lines, run: a script path without python, -m, --no-python, logs."""
+
+    def write(self, name, text):
+        with open(self.path(name), "w") as f:
+            f.write(text)
+
+    def rank_lines(self, text, rank):
+        return [l for l in text.splitlines() if l.startswith("[%d] " % rank)]
+
+    def test_script_path_module_and_no_python(self):
+        # train.py is in the current folder, not executable, named without python: each rank
+        # runs it with horarun's Python. The module, in the same folder, runs through -m.
+        self.write("train.py", "import os, sys\nprint('train', os.environ['RANK'], sys.argv[1:])\n")
+        self.write("pkgmod.py",
+                   "import os, sys\nprint('module', os.environ['RANK'], sys.argv[1:])\n")
+        self.write("tool.py", "#!/bin/sh\necho shell $RANK\n")
+        os.chmod(self.path("tool.py"), 0o755)
+        for args, want in [(["train.py", "--lr", "1"], "train %d ['--lr', '1']"),
+                           (["-m", "pkgmod", "x"], "module %d ['x']"),
+                           (["--no-python", "./tool.py"], "shell %d")]:
+            proc, _ = run_horarun(["-np", "2"] + args, cwd=self.dir,
+                                  env=clean_env(PYTHONPATH=self.dir))
+            self.assertEqual(proc.returncode, 0, "%s: %s" % (args, proc.stderr))
+            for r in range(2):
+                self.assertEqual(self.rank_lines(proc.stdout, r), ["[%d] " % r + want % r], args)
+
+    def test_log_dir_redirects_and_tee(self):
+        # Rank 0: stdout to its file only, stderr to both. Rank 1: stdout to its file only,
+        # stderr to the console only.
+        logs = self.path("logs")
+        proc, _ = run_horarun(["-np", "2", "--log-dir", logs, "--redirects", "1", "--tee", "0:2"] +
+                              rank_cmd("output", 2))
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(self.rank_lines(proc.stdout, 0) + self.rank_lines(proc.stdout, 1), [])
+        for r in range(2):
+            with open(os.path.join(logs, "attempt_0", str(r), "stdout.log")) as f:
+                self.assertEqual(f.read(), "rank %d out 0 %s\nrank %d out 1 %s\nrank %d tail\n" % (
+                    r, "x" * 40, r, "x" * 40, r))
+            self.assertEqual(self.rank_lines(proc.stderr, r),
+                             ["[%d] rank %d err %d" % (r, r, i) for i in range(2)])
+        with open(os.path.join(logs, "attempt_0", "0", "stderr.log")) as f:
+            self.assertEqual(f.read(), "rank 0 err 0\nrank 0 err 1\n")
+        self.assertFalse(os.path.exists(os.path.join(logs, "attempt_0", "1", "stderr.log")))
+
+    def test_log_dir_alone_and_tee_without_one(self):
+        proc, _ = run_horarun(["-np", "1", "--log_dir", self.path("all")] + rank_cmd("output", 1))
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertIn("[0] rank 0 err 0", proc.stderr)  # teed: the console still has it
+        with open(self.path("all", "attempt_0", "0", "stderr.log")) as f:
+            self.assertEqual(f.read(), "rank 0 err 0\n")
+        proc, _ = run_horarun(["-np", "1", "-t", "1"] + rank_cmd("output", 1))
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        m = re.search(r"^horarun: rank logs \(--redirects/--tee\) in (\S+)$", proc.stderr, re.M)
+        self.assertTrue(m, proc.stderr)
+        self.addCleanup(shutil.rmtree, m.group(1), True)
+        with open(os.path.join(m.group(1), "attempt_0", "0", "stdout.log")) as f:
+            self.assertTrue(f.read().startswith("rank 0 out 0 "))
 
 
 if __name__ == "__main__":

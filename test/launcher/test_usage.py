@@ -3,9 +3,18 @@
 usage."""
 
 import os
+import stat
+import subprocess
 import unittest
 
-from launcher_util import HORARUN, TempDirTest, run_horarun
+from launcher_util import HORARUN, TempDirTest, clean_env, run_horarun
+
+
+def horarun_python():
+    """The interpreter horarun runs with ("#!/usr/bin/env python3"), which runs Python ranks."""
+    return subprocess.run(["/usr/bin/env", "python3", "-c", "import sys; print(sys.executable)"],
+                          env=clean_env(), stdout=subprocess.PIPE, text=True,
+                          check=True).stdout.strip()
 
 
 class Usage(TempDirTest):
@@ -33,7 +42,13 @@ class Usage(TempDirTest):
                      "--timeline", "--log-level", "--fusion-threshold", "--cycle-time-ms",
                      "--cache-capacity", "--timeout", "--cpu-backend", "-x NAME", "--oversubscribe",
                      "--master-addr", "--master-port", "HORA_TIMEOUT_S", "MASTER_PORT",
-                     "examples:", "horarun -np 4 ./train", "horarun -H node1:4,node2:4"]:
+                     "examples:", "horarun -np 4 ./train", "horarun -H node1:4,node2:4",
+                     "-m, --module", "--no-python", "--rdzv-backend", "--rdzv-conf",
+                     "--rdzv-endpoint", "--rdzv-id", "--local-addr", "--log-dir",
+                     "-r N|LOCAL:N[,...], --redirects", "-t N|LOCAL:N[,...], --tee",
+                     "--nproc-per-node", "--nnodes", "--node-rank", "join_timeout",
+                     "last_call_timeout", "is_host", "attempt_K/RANK/stdout.log",
+                     "failure summary", "sys.executable"]:
             self.assertIn(word, proc.stdout)
 
     def test_no_program(self):
@@ -101,6 +116,132 @@ class Usage(TempDirTest):
         proc, _ = run_horarun(["--log_level", "Warning", "--dry-run", "true"])
         self.assertEqual(proc.returncode, 0, proc.stderr)
         self.assertIn(" HORA_LOG_LEVEL=warning ", proc.stdout)
+
+
+
+class TorchrunSpellings(TempDirTest):
+    """torchrun's command line, checked with --dry-run: what each rank would run."""
+
+    def dry_run(self, args, cwd=None):
+        proc, _ = run_horarun(["--dry-run"] + args, cwd=cwd)
+        self.assertEqual(proc.returncode, 0, "%s: %s" % (args, proc.stderr))
+        return proc
+
+    def program_of(self, args, cwd=None):
+        """The words after the variables of rank 0's line."""
+        line = self.dry_run(args, cwd).stdout.splitlines()[0]
+        return line.split(" HORA_JOB_TOKEN=", 1)[1].split(" ", 1)[1]
+
+    def write(self, name, text, executable=False):
+        path = self.path(name)
+        with open(path, "w") as f:
+            f.write(text)
+        if executable:
+            os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR)
+        return path
+
+    def test_python_scripts_run_with_horaruns_python(self):
+        python = "%s -u" % horarun_python()
+        self.write("train.py", "print(1)\n")
+        # A bare name in this folder (not on PATH): torchrun's "torchrun train.py".
+        self.assertEqual(self.program_of(["-np", "2", "train.py", "--lr", "1"], cwd=self.dir),
+                         "%s train.py --lr 1" % python)
+        # Without .py: not executable, or no "#!" line to run it by.
+        plain = self.write("train", "print(1)\n")
+        self.assertEqual(self.program_of([plain]), "%s %s" % (python, plain))
+        noshebang = self.write("job", "print(1)\n", executable=True)
+        self.assertEqual(self.program_of([noshebang]), "%s %s" % (python, noshebang))
+        pyshebang = self.write("job2", "#!/usr/bin/env python3\nprint(1)\n")
+        self.assertEqual(self.program_of([pyshebang]), "%s %s" % (python, pyshebang))
+
+    def test_executables_run_as_they_are(self):
+        script = self.write("run.sh", "#!/bin/sh\necho hi\n", executable=True)
+        self.assertEqual(self.program_of([script, "a"]), "%s a" % script)
+        self.assertEqual(self.program_of(["run.sh"], cwd=self.dir), "./run.sh")
+        self.assertEqual(self.program_of(["true"]), "true")
+        # Another interpreter's script without the execute bit is not given to Python.
+        other = self.write("other.sh", "#!/bin/sh\necho hi\n")
+        self.assertEqual(self.program_of([other]), other)
+
+    def test_module_and_no_python(self):
+        python = horarun_python()
+        self.assertEqual(self.program_of(["-m", "pkg.train", "--lr", "1"]),
+                         "%s -u -m pkg.train --lr 1" % python)
+        self.assertEqual(self.program_of(["--module", "pkg.train"]),
+                         "%s -u -m pkg.train" % python)
+        self.assertEqual(self.program_of(["--no-python", "train.py", "x"]), "train.py x")
+        self.assertEqual(self.program_of(["--no_python", "./a.out"]), "./a.out")
+        self.assert_usage_error(["-m", "--no-python", "x"], "-m runs a module with Python, "
+                                "--no-python runs no Python: use one")
+
+    def test_missing_script(self):
+        proc, _ = run_horarun(["-np", "2", self.path("nothere.py")])
+        self.assertEqual(proc.returncode, 127)
+        self.assertEqual(proc.stderr, "horarun: cannot start %s: No such file or directory\n"
+                         % self.path("nothere.py"))
+
+    def test_nproc_per_node_spellings(self):
+        # --nproc_per_node: test_torchrun_spellings_and_log_levels_in_any_case
+        self.assertEqual(len(self.dry_run(["--nproc-per-node", "3", "true"]).stdout.splitlines()),
+                         3)
+        cpus = len(self.dry_run(["--nproc-per-node", "cpu", "true"]).stdout.splitlines())
+        self.assertEqual(cpus, os.cpu_count())
+        self.assert_usage_error(["--nproc-per-node", "many", "true"],
+                                "invalid int value: 'many' (or cpu, gpu, auto)")
+
+    def test_nodes_and_master_spellings(self):
+        # The underscore spellings: test_torchrun_spellings_and_log_levels_in_any_case
+        out = self.dry_run(["-np", "1", "-x", "HORA_JOB_TOKEN=t", "--nnodes=2", "--node-rank=1",
+                            "--master-addr", "10.0.0.9", "--master-port", "29512", "true"])
+        for want in ["MASTER_ADDR=10.0.0.9", "MASTER_PORT=29512", "RANK=1", "NODE_RANK=1",
+                     "WORLD_SIZE=2"]:
+            self.assertIn(" %s " % want, out.stdout)
+
+    def test_rdzv_backend(self):
+        # static: the endpoint is rank 0's store, no agents
+        out = self.dry_run(["-np", "2", "--nnodes", "2", "-x", "HORA_JOB_TOKEN=t",
+                            "--rdzv-backend", "static", "--rdzv_endpoint=10.0.0.8:29513",
+                            "true"]).stdout
+        self.assertIn(" MASTER_ADDR=10.0.0.8 MASTER_PORT=29513 ", out)
+        # c10d: horarun's agents
+        out = self.dry_run(["--rdzv_backend", "c10d", "--rdzv_endpoint", "node1:29400",
+                            "--rdzv_id", "job7", "--nnodes", "1:2", "true"]).stdout
+        self.assertTrue(out.startswith("# agent: 1 workers here"), out)
+        self.assertIn("store at node1:29400", out)
+        self.assert_usage_error(["--rdzv-backend", "etcd-v2", "true"],
+                                "--rdzv-backend etcd-v2 is not supported: horarun accepts c10d "
+                                "(its agents' store) and static")
+        self.assert_usage_error(["--rdzv-backend", "static", "--rdzv-endpoint", "h:1",
+                                 "--master-port", "2", "true"],
+                                "--rdzv-endpoint h:1 and --master-port 2 disagree")
+
+    def test_rdzv_conf(self):
+        out = self.dry_run(["--rdzv-backend", "c10d", "--rdzv-conf",
+                            "join_timeout=60,last_call_timeout=0.5", "true"]).stdout
+        self.assertIn("join timeout 60 s, last call 0.5 s", out)
+        proc = self.dry_run(["--rdzv_conf", "close_timeout=5", "--rdzv-backend", "c10d", "true"])
+        self.assertIn("horarun: --rdzv-conf close_timeout=5: horarun's store has no such "
+                      "setting; ignored", proc.stderr)
+        self.assert_usage_error(["--rdzv-conf", "frobnicate=1", "true"],
+                                "--rdzv-conf frobnicate: unknown key")
+        self.assert_usage_error(["--rdzv-conf", "join_timeout=-1", "true"],
+                                "join_timeout=-1: expected seconds above 0")
+        self.assert_usage_error(["--rdzv-conf", "is_host=maybe", "true"],
+                                "is_host=maybe: expected true or false")
+
+    def test_local_addr(self):
+        self.dry_run(["--local_addr", "10.0.0.7", "true"])
+        self.assert_usage_error(["--local-addr", "a b", "true"], "--local-addr a b: expected")
+
+    def test_log_options_refused_clearly(self):
+        for args, message in [
+                (["--tee", "0:x", "true"], "--tee 0:x: expected 0 (none), 1 (stdout)"),
+                (["-r", "a:1", "true"], "--redirects a:1: expected N or LOCAL_RANK:N"),
+                (["-H", "a", "--log-dir", "d", "true"], "under mpirun use --mpirun-args"),
+        ]:
+            self.assert_usage_error(args, message)
+
+    assert_usage_error = Usage.assert_usage_error
 
 
 if __name__ == "__main__":
