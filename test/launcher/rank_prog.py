@@ -99,6 +99,21 @@ def raise_first(out_dir, failing_rank, delay, mode):
     os._exit(7)
 
 
+def handled():
+    """Rank 0 prints the traceback of an exception it handled and carries on; rank 1 exits 3
+    0.3 s later: rank 1 failed first."""
+    if RANK == 0:
+        sys.stderr.write("Traceback (most recent call last):\n  File \"x.py\", line 1, in f\n"
+                         "KeyError: 'handled'\n")
+        sys.stderr.flush()
+        time.sleep(0.2)
+        print("recovered", flush=True)
+        time.sleep(30)
+        return 0
+    time.sleep(0.5)
+    return 3
+
+
 def echo_stdin():
     data = sys.stdin.read()
     print("stdin: %r" % data, flush=True)
@@ -116,6 +131,8 @@ def main(argv):
         return trap(argv[1])
     elif action == "raise":
         return raise_first(*argv[1:])
+    elif action == "handled":
+        return handled()
     elif action == "stdin":
         echo_stdin()
     elif action == "exit":

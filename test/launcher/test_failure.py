@@ -99,6 +99,12 @@ class FirstFailure(TempDirTest):
                     job, mode, failing, proc.returncode, lines))
         self.assertEqual(wrong, [])
 
+    def test_a_handled_traceback_is_no_failure(self):
+        proc, _ = run_horarun(["-np", "2", "--stop-after", "0"] + rank_cmd("handled"))
+        self.assertEqual(proc.returncode, 3, proc.stderr)
+        self.assertEqual([l for l in proc.stderr.splitlines() if l.startswith("horarun: rank ")],
+                         ["horarun: rank 1 exited with status 3; stopping the other rank"])
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
