@@ -208,6 +208,12 @@ class TorchrunSpellings(TempDirTest):
                             "--rdzv_id", "job7", "--nnodes", "1:2", "true"]).stdout
         self.assertTrue(out.startswith("# agent: 1 workers here"), out)
         self.assertIn("store at node1:29400", out)
+        # torchrun's single-host spelling: port 0 is a free port
+        out = self.dry_run(["--rdzv-backend=c10d", "--rdzv-endpoint=localhost:0", "true"]).stdout
+        self.assertIn("store served here", out)
+        out = self.dry_run(["--rdzv-endpoint=localhost:0", "--rdzv-backend=static",
+                            "true"]).stdout
+        self.assertRegex(out, r" MASTER_ADDR=localhost MASTER_PORT=[1-9][0-9]* ")
         self.assert_usage_error(["--rdzv-backend", "etcd-v2", "true"],
                                 "--rdzv-backend etcd-v2 is not supported: horarun accepts c10d "
                                 "(its agents' store) and static")
