@@ -205,6 +205,18 @@ class TorchrunPrograms(TempDirTest):
             self.assertEqual(f.read(), "rank 0 err 0\nrank 0 err 1\n")
         self.assertFalse(os.path.exists(os.path.join(logs, "attempt_0", "1", "stderr.log")))
 
+    def test_local_ranks_filter_and_ignored_options(self):
+        # torchtitan's spelling: only rank 1 on the console, every rank in the log files
+        logs = self.path("logs")
+        proc, _ = run_horarun(["--nproc_per_node", "2", "--local-ranks-filter", "1", "--role",
+                               "rank", "--monitor-interval", "1", "--start_method", "spawn",
+                               "--tee", "3", "--log_dir", logs] + rank_cmd("output", 1))
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(self.rank_lines(proc.stdout, 0) + self.rank_lines(proc.stderr, 0), [])
+        self.assertEqual(self.rank_lines(proc.stderr, 1), ["[1] rank 1 err 0"])
+        with open(os.path.join(logs, "attempt_0", "0", "stderr.log")) as f:
+            self.assertEqual(f.read(), "rank 0 err 0\n")
+
     def test_log_dir_alone_and_tee_without_one(self):
         proc, _ = run_horarun(["-np", "1", "--log_dir", self.path("all")] + rank_cmd("output", 1))
         self.assertEqual(proc.returncode, 0, proc.stderr)

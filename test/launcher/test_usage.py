@@ -48,7 +48,8 @@ class Usage(TempDirTest):
                      "-r N|LOCAL:N[,...], --redirects", "-t N|LOCAL:N[,...], --tee",
                      "--nproc-per-node", "--nnodes", "--node-rank", "join_timeout",
                      "last_call_timeout", "is_host", "attempt_K/RANK/stdout.log",
-                     "failure summary", "sys.executable"]:
+                     "failure summary", "sys.executable", "--local-ranks-filter",
+                     "--role", "--monitor-interval", "--start-method"]:
             self.assertIn(word, proc.stdout)
 
     def test_no_program(self):
