@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "base/knobs.h"
 #include "hora_config.h"
+#include "hora_info_config.h"  // the Python package and the torch backend, as configured
 #if HORA_HAVE_UCX
 #include "backends/ucx/ucx_backend.h"
 #endif
@@ -80,6 +81,31 @@ void printJson() {
   std::printf("]\n");
 }
 
+// What the build made for Python, and for which versions: the wheel or prefix install, the Python
+// package (its Python; CUDA tensors go through libhora's NCCL backend, built with the CUDA
+// runtime named), the torch.distributed backend (its torch, that torch's CUDA, its Python).
+void printPython() {
+  if (!HORA_BUILT_PYTHON) {
+    std::printf("  python:       hora package no (built without the Python bindings, for %s)\n",
+                HORA_PYTHON_EXE);
+    return;
+  }
+  const bool cuda = std::strcmp(HORA_CUDA_VERSION, "none") != 0;
+  std::printf("  python:       hora package yes, for Python %s (%s)%s; numpy %s; %s%s\n",
+              HORA_PYTHON_VERSION, HORA_PYTHON_EXE, HORA_WHEEL ? ", installed by pip" : "",
+              HORA_PYTHON_NUMPY ? "yes" : "no", cuda ? "CUDA " : "no CUDA (no NCCL backend)",
+              cuda ? HORA_CUDA_VERSION : "");
+  if (HORA_BUILT_TORCH_BACKEND) {
+    const bool torchCuda = std::strcmp(HORA_TORCH_CUDA, "none") != 0;
+    std::printf("                torch.distributed backend \"hora\" yes, for torch %s (%s%s), "
+                "Python %s\n", HORA_TORCH_VERSION, torchCuda ? "CUDA " : "a CPU-only torch",
+                torchCuda ? HORA_TORCH_CUDA : "", HORA_PYTHON_VERSION);
+  } else {
+    std::printf("                torch.distributed backend \"hora\" no (needs torch 1.13 with its C++ "
+                "headers; found torch %s)\n", HORA_TORCH_VERSION);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -123,10 +149,11 @@ int main(int argc, char **argv) {
     std::printf("                cuda:%d %s: %s%s\n", d, hora::nccl_kernels::deviceDescription(d).c_str(),
                 why.empty() ? "kernels run" : "kernels do not run: ", why.c_str());
   }
-  std::printf("\n");
 #else
-  std::printf("  gpu backends: nccl no (built without CUDA/NCCL/nvcc)\n\n");
+  std::printf("  gpu backends: nccl no (built without CUDA/NCCL/nvcc)\n");
 #endif
+  printPython();
+  std::printf("\n");
 
   hora::Knobs current;
   hora::KnobReport report;

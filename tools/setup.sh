@@ -20,6 +20,7 @@ packages=(
   python3-dev pybind11-dev               # the Python bindings (bindings/python)
   python3-numpy python3-torch python3-pytest  # ... their tests, hora.torch and the examples
   libtorch-dev                           # the "hora" torch.distributed backend (C++ ProcessGroup)
+  python3-mesonpy python3-venv           # pip install . (pyproject.toml's backend) into a venv
 )
 
 missing=()
