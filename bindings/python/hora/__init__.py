@@ -15,8 +15,10 @@ their results, as horovod.run does.
 """
 
 import atexit as _atexit
+import os as _os
 
 from . import _hora
+from . import _launch
 from . import elastic  # noqa: F401  (hora.elastic.run, ObjectState)
 from .errors import *  # noqa: F401,F403  (the exception classes are part of the API)
 from .errors import HoraError, error_class
@@ -36,14 +38,50 @@ _exit_hook = False
 def init(process_sets=None):
     """Starts hora: forms the world (Open MPI's mpirun, hora's horarun, torchrun's variables,
     Slurm, else a world of one) and the engine thread. Blocks until every rank has joined; a
-    second call does nothing. `process_sets`: ProcessSets (or rank lists) to register."""
+    second call does nothing. `process_sets`: ProcessSets (or rank lists) to register.
+
+    Under torchrun's variables or Slurm, hora's store keeps off torch.distributed's MASTER_PORT
+    where torch is loaded, so that both can run in one process, started in either order: rank 0
+    picks hora's port and passes it through torch's store (docs/torch-errors.md, "One rendezvous
+    for both faces")."""
+    if not _hora.is_initialized():
+        _start(_launch.init_plan())
+    _register_exit_hook()
+    return [add_process_set(ps) for ps in (process_sets or ())]
+
+
+def _register_exit_hook():
     global _exit_hook
-    _hora.init()
     if not _exit_hook:
         # Horovod scripts never call shutdown: do it at exit, quietly
         _atexit.register(_shutdown_at_exit)
         _exit_hook = True
-    return [add_process_set(ps) for ps in (process_sets or ())]
+
+
+def _start(plan):
+    """hora_init() as `plan` (a hora._launch.Plan) says: its variables set for the duration (then
+    restored), a failure naming hora's store port completed with the plan's note, and the torch
+    store it borrowed closed on every rank before any goes on."""
+    wanted, borrowed = plan.wanted, plan.borrowed is not None
+    saved = {name: _os.environ.get(name) for name in wanted}
+    _os.environ.update(wanted)
+    try:
+        _hora.init()
+    except HoraError as e:
+        port = wanted.get("MASTER_PORT")
+        if plan.note and port and ("MASTER_PORT " + port in str(e) or ":" + port in str(e)):
+            raise type(e)("%s (%s)" % (e, plan.note), e.status) from None
+        raise
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                _os.environ.pop(name, None)
+            else:
+                _os.environ[name] = value
+        plan.borrowed = None  # the last reference: rank 0's closes torch's store here
+    if borrowed:
+        _hora.barrier(0)  # no rank reaches torch's own store before rank 0 closed this one
+    _register_exit_hook()
 
 
 def shutdown():

@@ -3,15 +3,18 @@
 
     import torch.distributed as dist
     import hora.distributed            # registers the backend
-    dist.init_process_group("hora")    # env:// as with any backend: torchrun, horarun, or a
-                                       # plain mpirun (the import fills RANK, WORLD_SIZE,
-                                       # MASTER_ADDR and MASTER_PORT from hora's MPI world)
+    dist.init_process_group("hora")    # env:// as with any backend: torchrun, horarun, a
+                                       # plain mpirun or srun (the import fills RANK,
+                                       # WORLD_SIZE, MASTER_ADDR and MASTER_PORT from hora's
+                                       # MPI world, or from Slurm's variables)
     model = torch.nn.parallel.DistributedDataParallel(model)
 
 Each collective is one hora request, named so that hora matches it across ranks (see README,
 "Using hora from Python"). The backend starts hora (``hora.init()``; under mpirun hora forms its
 world through MPI) on the first group unless it runs already, and hora shuts down at exit;
 hora's world must be torch's, rank for rank. Groups from ``dist.new_group`` are hora process sets.
+hora.torch's ``hvd.init()`` and a torch group of any backend coexist in one process, created in
+either order: hora's store keeps off torch's MASTER_PORT (hora._launch; docs/torch-errors.md).
 
 Supported: allreduce (SUM, AVG, PRODUCT, MIN, MAX, PREMUL_SUM, and BAND/BOR/BXOR through an
 allgather), allreduce_coalesced, reduce, broadcast, allgather, _allgather_base,
@@ -36,6 +39,7 @@ import torch.distributed as dist
 from torch.distributed import distributed_c10d as _torch_c10d
 
 import hora
+from hora import _launch
 
 from ._c10d import ProcessGroupHora
 
@@ -46,13 +50,6 @@ BACKEND = "hora"
 # hora process sets of the groups new_group made, by their sorted world ranks. Every rank fills
 # it, members or not, since making a hora process set is collective over the world.
 _process_sets = {}
-_rendezvous_count = 0  # hora.init() rendezvous so far, the same count on every rank
-
-
-def _free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
 
 
 def _seconds(timeout):
@@ -67,41 +64,30 @@ def _start_hora(store, rank, size, timeout=None):
     """hora.init() on every rank of torch's world, unless hora runs already; checks that hora's
     world is torch's.
 
-    Under env:// torch's store already listens on MASTER_PORT, where hora's rendezvous would
-    listen too: rank 0 picks another port and tells the others through torch's store (a fresh
-    key per rendezvous). Variables torch was not given through the environment (tcp:// or
-    file:// init) are filled in from what it was given. The group's `timeout` plus a second
-    becomes hora's HORA_STALL_SHUTDOWN_S unless that is set: the backend fails an op at the
-    timeout (and its group with it), and hora fails the name a second later on the ranks that
-    submitted it, which clears it from hora's negotiation. A timeout under two minutes makes
+    Under env:// or Slurm, torch's store already listens on MASTER_PORT, where hora's
+    rendezvous would listen too: rank 0 picks another port and tells the others through torch's
+    store (hora._launch.agree_through_store). Under mpirun and horarun hora's world needs no
+    port of its own. Variables torch was not given through the environment (tcp:// or file://
+    init) are filled in from what it was given. The group's `timeout` plus a second becomes
+    hora's HORA_STALL_SHUTDOWN_S unless that is set: the backend fails an op at the timeout
+    (and its group with it), and hora fails the name a second later on the ranks that submitted
+    it, which clears it from hora's negotiation. A timeout under two minutes makes
     HORA_STALL_WARNING_S half of it unless set, so that hora's warning naming the missing ranks
     comes first. The environment is restored afterwards."""
-    global _rendezvous_count
     if not hora.is_initialized():
-        key = "hora.distributed/rendezvous/%d" % _rendezvous_count
-        _rendezvous_count += 1
-        if rank == 0:
-            host = os.environ.get("MASTER_ADDR") or socket.getfqdn()
-            store.set(key, "%s %d" % (host, _free_port()))
-        host, port = store.get(key).decode().split()
-        wanted = {"MASTER_ADDR": host, "MASTER_PORT": port, "RANK": str(rank),
-                  "WORLD_SIZE": str(size)}
+        wanted = {}
         if _seconds(timeout) > 0:
             wanted["HORA_STALL_SHUTDOWN_S"] = "%g" % (_seconds(timeout) + 1)
             if _seconds(timeout) < 120:  # warned of at half the timeout, not after hora's 60 s
                 wanted["HORA_STALL_WARNING_S"] = "%g" % (_seconds(timeout) / 2)
-        saved = {name: os.environ.get(name) for name in wanted}
-        for name, value in wanted.items():
-            if name == "MASTER_PORT" or name not in os.environ:
-                os.environ[name] = value
-        try:
-            hora.init()
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
+        wanted = {name: value for name, value in wanted.items() if name not in os.environ}
+        note = ""
+        kind = _launch.bootstrap_kind(os.environ)
+        if kind in ("env", "slurm") or (kind == "single"
+                                        and os.environ.get("HORA_BOOTSTRAP") != "single"):
+            wanted.update(_launch.agree_through_store(store, rank, size, os.environ))
+            note = "hora's store port, agreed through torch.distributed's store"
+        hora._start(_launch.Plan(wanted, note))  # pylint: disable=protected-access
     _register_exit_hook()
     if (hora.rank(), hora.size()) != (rank, size):
         raise RuntimeError(
@@ -179,13 +165,14 @@ def _env_from_mpi():
     RANK, WORLD_SIZE, MASTER_ADDR or MASTER_PORT. hora forms its world through MPI anyway, so
     start it now and give torch what it lacks: the rank and size of that world, and for torch's
     store rank 0's address (127.0.0.1 when every rank is on one host) and a port free there.
-    hora shuts down again afterwards, so that knobs set before init_process_group (and its
-    timeout) still apply when the backend starts it. Collective: every rank imports this
-    module. Variables already set are kept."""
+    hora shuts down again afterwards (unless it ran before: hvd.init() came first), so that
+    knobs set before init_process_group (and its timeout) still apply when the backend starts
+    it. Collective: every rank imports this module. Variables already set are kept."""
     if not any(os.environ.get(v) for v in _MPI_LAUNCHER) or all(os.environ.get(v) for v in _TORCH_ENV):
         return
     import numpy as np
 
+    running = hora.is_initialized()
     hora.init()
     size = hora.size()
     name = np.zeros(256, dtype=np.uint8)
@@ -199,18 +186,36 @@ def _env_from_mpi():
         others = [h for h in hosts if h != hosts[0]]
         if others:
             address = _route_to(others[0]) or socket.gethostbyname(hosts[0])
-        master[:] = (int.from_bytes(socket.inet_aton(address), "big"), _free_port())
+        master[:] = (int.from_bytes(socket.inet_aton(address), "big"),
+                     _launch._free_port())  # pylint: disable=protected-access
     hora.broadcast_(master, 0, name="hora.distributed.env.master")
     defaults = {"RANK": str(hora.rank()), "WORLD_SIZE": str(size),
                 "MASTER_ADDR": socket.inet_ntoa(int(master[0]).to_bytes(4, "big")),
                 "MASTER_PORT": str(int(master[1])),
                 "LOCAL_RANK": str(hora.local_rank()), "LOCAL_WORLD_SIZE": str(hora.local_size())}
-    hora.shutdown()
+    if not running:
+        hora.shutdown()
     for variable, value in defaults.items():
         os.environ.setdefault(variable, value)
+
+
+def _env_from_slurm():
+    """Under srun, torch's env:// rendezvous would fail as under a plain mpirun. Fills RANK,
+    WORLD_SIZE, MASTER_ADDR, MASTER_PORT and, where Slurm says them, LOCAL_RANK,
+    LOCAL_WORLD_SIZE and NODE_RANK by hora's own Slurm rules (hora._launch.slurm_config: the
+    first host of the step's node list, port 10000 + SLURM_JOB_ID % 20000 unless MASTER_PORT is
+    set), so that torch's world is the one hora_init() would form. Only where hora would take
+    its world from Slurm (not under mpirun in an allocation, not with all of torch's variables
+    set); variables already set are kept. No communication: every task computes the same."""
+    try:
+        os.environ.update(_launch.torch_env_from_slurm(os.environ))
+    except ValueError as e:
+        raise ValueError("hora.distributed: cannot give torch's env:// variables from Slurm's: %s"
+                         % e) from None
 
 
 if BACKEND.upper() not in dist.Backend._plugins:
     dist.Backend.register_backend(BACKEND, _create_process_group, extended_api=True)
     _torch_c10d._new_process_group_helper = _new_process_group_helper
     _env_from_mpi()
+    _env_from_slurm()
