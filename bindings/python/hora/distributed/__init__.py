@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The ``hora`` backend of torch.distributed (torch 1.13).
+"""The ``hora`` backend of torch.distributed (torch 1.13; the torch 2 registration is written
+but not yet tried).
 
     import torch.distributed as dist
     import hora.distributed            # registers the backend
@@ -35,6 +36,7 @@ import atexit
 import os
 import socket
 
+import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as _torch_c10d
 
@@ -214,8 +216,20 @@ def _env_from_slurm():
                          % e) from None
 
 
+def _register():
+    """Registers "hora" with torch.distributed. torch 2 also asks which devices a plugin serves
+    (without `devices` it warns and assumes cpu and cuda): hora's tensors may be CPU or CUDA
+    (through NCCL). torch 1.13's register_backend has no `devices`. Not tried on torch 2 here
+    (only 1.13 is installed; see process_group_hora.h)."""
+    if int(torch.__version__.split(".")[0]) >= 2:
+        dist.Backend.register_backend(BACKEND, _create_process_group, extended_api=True,
+                                      devices=["cpu", "cuda"])
+    else:
+        dist.Backend.register_backend(BACKEND, _create_process_group, extended_api=True)
+
+
 if BACKEND.upper() not in dist.Backend._plugins:
-    dist.Backend.register_backend(BACKEND, _create_process_group, extended_api=True)
+    _register()
     _torch_c10d._new_process_group_helper = _new_process_group_helper
     _env_from_mpi()
     _env_from_slurm()

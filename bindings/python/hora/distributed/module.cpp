@@ -19,7 +19,8 @@ PYBIND11_MODULE(_c10d, m) {
   m.doc() = "hora's torch.distributed backend (a c10d ProcessGroup for torch 1.13); use "
             "`import hora.distributed`, then torch.distributed.init_process_group(\"hora\")";
 
-  // ProcessGroup's Python type comes from torch; it must be registered before ours derives it.
+  // ProcessGroup's (Backend's) Python type comes from torch; it must be registered before ours
+  // derives it.
   py::module_::import("torch.distributed");
 
   // hora's failures become hora's exception classes (hora.MismatchError, ..., all RuntimeErrors)
@@ -34,7 +35,8 @@ PYBIND11_MODULE(_c10d, m) {
     }
   });
 
-  py::class_<ProcessGroupHora, c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupHora>>(
+  // Its base: c10d::ProcessGroup on torch 1.13, c10d::Backend on torch 2 (not compiled here).
+  py::class_<ProcessGroupHora, hora::dist::ProcessGroupBase, c10::intrusive_ptr<ProcessGroupHora>>(
       m, "ProcessGroupHora",
       "A torch.distributed ProcessGroup whose collectives run on hora. Made by "
       "init_process_group(\"hora\") and new_group(); `rank`/`size` are torch's, checked against "

@@ -376,7 +376,7 @@ std::vector<std::weak_ptr<ProcessGroupHora::Shared>> &ProcessGroupHora::liveGrou
 
 ProcessGroupHora::ProcessGroupHora(int rank, int size, int32_t processSet, std::string groupName,
                                    std::chrono::milliseconds timeout)
-    : ProcessGroup(rank, size),
+    : ProcessGroupBase(rank, size),
       processSet_(processSet),
       groupName_(std::move(groupName)),
       timeout_(timeout.count() > 0 ? timeout : std::chrono::milliseconds(0)),

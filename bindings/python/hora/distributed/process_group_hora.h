@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// ProcessGroupHora: torch.distributed's c10d::ProcessGroup (torch 1.13) over hora's C API.
+// ProcessGroupHora: torch.distributed's c10d::ProcessGroup (torch 1.13; c10d::Backend on torch 2)
+// over hora's C API.
 #pragma once
 
 #include <hora/hora.h>
@@ -20,10 +21,25 @@
 #include <unordered_map>
 #include <vector>
 
+#include <torch/csrc/api/include/torch/version.h>
+// torch 2 takes a backend plugin as a c10d::Backend, which a c10d::ProcessGroup of torch's own
+// wraps for each device; torch 1.13 takes the ProcessGroup itself. The collectives' virtual
+// signatures are the same in both. NOT COMPILED in this project yet: only torch 1.13 is
+// installed here, and meson builds this backend only where it finds 1.13 (distributed/meson.build).
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#else
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#endif
 
 namespace hora {
 namespace dist {
+
+#if TORCH_VERSION_MAJOR >= 2
+using ProcessGroupBase = c10d::Backend;  // torch 2: not compiled here (see above)
+#else
+using ProcessGroupBase = c10d::ProcessGroup;
+#endif
 
 // A failure hora reported (or that this backend classes like one): the Python side turns it into
 // hora's exception of that status (hora.MismatchError, ...), all of them RuntimeErrors.
@@ -65,7 +81,7 @@ class WorkHora : public c10d::Work {
   std::atomic<bool> claimed_{false};
 };
 
-class ProcessGroupHora : public c10d::ProcessGroup {
+class ProcessGroupHora : public ProcessGroupBase {
  public:
   // hora must be running and `processSet` must be a set this rank belongs to, of rank `rank`
   // and size `size` (checked). `groupName` is torch's name of the group, the same on every
