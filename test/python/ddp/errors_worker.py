@@ -119,6 +119,18 @@ def main():
                  "reduce_scatter", "size")
     expect_error(lambda: dist.send(torch.ones(1), dst=0), unsupported, "send", "point-to-point")
     expect_error(lambda: dist.recv(torch.ones(1), src=0), unsupported, "recv", "point-to-point")
+    # A tensor on a device the backend does not take: meta here (torch's dispatcher lets an
+    # allgather with CPU outputs through). A CUDA tensor takes the same path in an extension
+    # built without CUDA, as with Debian's CPU torch; checked below where a GPU is there.
+    cpu_only = not hora.distributed.CUDA
+    expect_error(lambda: dist.all_gather([torch.empty(3) for _ in range(size)],
+                                         torch.empty(3, device="meta")),
+                 unsupported, "allgather", "input is on meta",
+                 "CPU tensors only" if cpu_only else "CPU and CUDA tensors")
+    if cpu_only and torch.cuda.is_available():
+        device = "cuda:%d" % (rank % torch.cuda.device_count())
+        expect_error(lambda: dist.all_reduce(torch.ones(3, device=device)), unsupported,
+                     "allreduce", "input is on " + device, "CPU tensors only")
     still_works(rank, size, "refused calls")
 
     # a group whose ranks are not hora's

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The ``hora`` backend of torch.distributed (torch 1.13; the torch 2 registration is written
-but not yet tried).
+"""The ``hora`` backend of torch.distributed (built and tested on torch 1.13; built for any
+torch >= 1.13, but the torch 2 code is type-checked only, not yet tried).
 
     import torch.distributed as dist
     import hora.distributed            # registers the backend
@@ -21,8 +21,10 @@ Supported: allreduce (SUM, AVG, PRODUCT, MIN, MAX, PREMUL_SUM, and BAND/BOR/BXOR
 allgather), allreduce_coalesced, reduce, broadcast, allgather, _allgather_base,
 allgather_coalesced, gather, scatter, reduce_scatter, _reduce_scatter_base, alltoall,
 alltoall_base, barrier; CPU tensors of uint8, int8, int16, int32, int64, float16, bfloat16,
-float32, float64 and bool (SUM and MAX of bool are logical OR, PRODUCT and MIN logical AND). Not
-supported: send/recv (hora has no point-to-point messages) and monitored_barrier. Errors raise
+float32, float64 and bool (SUM and MAX of bool are logical OR, PRODUCT and MIN logical AND), and
+CUDA tensors through hora's NCCL backend where the extension was built with CUDA (``CUDA``
+below; docs/torch-errors.md: streams and ``Work.wait()``). Not supported: send/recv (hora has
+no point-to-point messages) and monitored_barrier. Errors raise
 hora's exception classes (``hora.MismatchError``, ...), which are RuntimeErrors.
 
 Ops are named by their kind and count, the same on every rank whatever the tensors, so that
@@ -43,9 +45,11 @@ from torch.distributed import distributed_c10d as _torch_c10d
 import hora
 from hora import _launch
 
-from ._c10d import ProcessGroupHora
+# CUDA: whether this extension takes CUDA tensors (built against a torch with CUDA and a hora
+# with its NCCL backend); without it, CUDA tensors are refused with a message saying so.
+from ._c10d import CUDA, ProcessGroupHora
 
-__all__ = ["ProcessGroupHora", "BACKEND"]
+__all__ = ["ProcessGroupHora", "BACKEND", "CUDA"]
 
 BACKEND = "hora"
 
@@ -219,8 +223,9 @@ def _env_from_slurm():
 def _register():
     """Registers "hora" with torch.distributed. torch 2 also asks which devices a plugin serves
     (without `devices` it warns and assumes cpu and cuda): hora's tensors may be CPU or CUDA
-    (through NCCL). torch 1.13's register_backend has no `devices`. Not tried on torch 2 here
-    (only 1.13 is installed; see process_group_hora.h)."""
+    (through NCCL; an extension built without CUDA refuses CUDA tensors with a message saying
+    so). torch 1.13's register_backend has no `devices`. Not tried on torch 2 here (only 1.13 is
+    installed; see process_group_hora.h)."""
     if int(torch.__version__.split(".")[0]) >= 2:
         dist.Backend.register_backend(BACKEND, _create_process_group, extended_api=True,
                                       devices=["cpu", "cuda"])

@@ -16,8 +16,14 @@ using hora::dist::ProcessGroupHora;
 using hora::dist::StatusError;
 
 PYBIND11_MODULE(_c10d, m) {
-  m.doc() = "hora's torch.distributed backend (a c10d ProcessGroup for torch 1.13); use "
-            "`import hora.distributed`, then torch.distributed.init_process_group(\"hora\")";
+  m.doc() = "hora's torch.distributed backend (a c10d ProcessGroup on torch 1.13, a c10d "
+            "Backend on torch 2); use `import hora.distributed`, then "
+            "torch.distributed.init_process_group(\"hora\")";
+#if HORA_TORCH_CUDA
+  m.attr("CUDA") = true;  // CUDA tensors go to hora's NCCL backend
+#else
+  m.attr("CUDA") = false;  // torch without CUDA, or hora without NCCL: CPU tensors only
+#endif
 
   // ProcessGroup's (Backend's) Python type comes from torch; it must be registered before ours
   // derives it.
@@ -35,7 +41,7 @@ PYBIND11_MODULE(_c10d, m) {
     }
   });
 
-  // Its base: c10d::ProcessGroup on torch 1.13, c10d::Backend on torch 2 (not compiled here).
+  // Its base: c10d::ProcessGroup on torch 1.13, c10d::Backend on torch 2 (type-checked only here).
   py::class_<ProcessGroupHora, hora::dist::ProcessGroupBase, c10::intrusive_ptr<ProcessGroupHora>>(
       m, "ProcessGroupHora",
       "A torch.distributed ProcessGroup whose collectives run on hora. Made by "

@@ -18,6 +18,13 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
+// HORA_TORCH_CUDA (meson): torch was built with CUDA and hora with NCCL. CUDA tensors then go to
+// hora's NCCL path; without it they are refused, as every device but the CPU.
+#if HORA_TORCH_CUDA
+#include <c10/core/StreamGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
 namespace hora {
 namespace dist {
 namespace {
@@ -70,10 +77,17 @@ void checkTensor(const at::Tensor &t, const char *what, const std::string &role)
   if (t.layout() != at::kStrided) {
     fail(HORA_ERR_UNSUPPORTED, where(what) + role + " is not a dense (strided) tensor");
   }
+#if HORA_TORCH_CUDA
+  if (!t.device().is_cpu() && !t.device().is_cuda()) {
+    fail(HORA_ERR_UNSUPPORTED, where(what) + role + " is on " + t.device().str() +
+                                   "; hora takes CPU and CUDA tensors");
+  }
+#else
   if (!t.device().is_cpu()) {
     fail(HORA_ERR_UNSUPPORTED, where(what) + role + " is on " + t.device().str() +
                                    "; this torch build gives hora CPU tensors only");
   }
+#endif
   DLDataType type;
   if (!dlType(t.scalar_type(), &type)) {
     fail(HORA_ERR_UNSUPPORTED,
@@ -83,35 +97,45 @@ void checkTensor(const at::Tensor &t, const char *what, const std::string &role)
   }
 }
 
-void checkSameType(const at::Tensor &t, at::ScalarType expected, const char *what,
-                   const std::string &role) {
-  if (t.scalar_type() != expected) {
+// `t` (`role`) against the op's tensor `like` (`likeRole`), both accepted by checkTensor: one op
+// moves one dtype, on one device.
+void checkLike(const at::Tensor &t, const at::Tensor &like, const char *what,
+               const std::string &role, const char *likeRole) {
+  if (t.scalar_type() != like.scalar_type()) {
     fail(HORA_ERR_INVALID_ARGUMENT, where(what) + role + " is " + dtypeName(t.scalar_type()) +
-                                        " but the op's input is " + dtypeName(expected));
+                                        " but " + likeRole + " is " +
+                                        dtypeName(like.scalar_type()));
+  }
+  if (t.device() != like.device()) {
+    fail(HORA_ERR_INVALID_ARGUMENT, where(what) + role + " is on " + t.device().str() + " but " +
+                                        likeRole + " is on " + like.device().str() +
+                                        ": one op's tensors must all be on one device");
   }
 }
 
-// The DLPack view hora reads (and writes) of a contiguous CPU tensor that checkTensor accepted.
-// Valid while `t` lives (the shape array is the tensor's own); hora copies what it needs of the
-// view at submission, and reads and writes the data until the request completes.
+// The DLPack view hora reads (and writes) of a contiguous tensor that checkTensor accepted (CPU,
+// or CUDA device N as kDLCUDA N). Valid while `t` lives (the shape array is the tensor's own);
+// hora copies what it needs of the view at submission, and reads and writes the data until the
+// request completes.
 DLTensor toDl(const at::Tensor &t) {
   TORCH_INTERNAL_ASSERT(t.is_contiguous(), "hora backend: a non-contiguous tensor reached hora");
   DLTensor d{};
   d.data = t.data_ptr();
-  d.device = DLDevice{kDLCPU, 0};
+  d.device = t.device().is_cuda() ? DLDevice{kDLCUDA, static_cast<int32_t>(t.device().index())}
+                                  : DLDevice{kDLCPU, 0};
   d.ndim = static_cast<int32_t>(t.dim());
   TORCH_INTERNAL_ASSERT(dlType(t.scalar_type(), &d.dtype));
   d.shape = const_cast<int64_t *>(t.sizes().data());
   return d;
 }
 
-// Torch 1.13 passes one tensor per process for CPU collectives (the list is per device).
+// Torch passes one tensor per device in these lists; hora gives each process one device.
 at::Tensor &single(std::vector<at::Tensor> &tensors, const char *what, const char *role) {
   if (tensors.size() != 1) {
     fail(HORA_ERR_INVALID_ARGUMENT,
          where(what) + "expected one " + role + " tensor per call, got " +
              std::to_string(tensors.size()) +
-             " (a list is one tensor per device; hora gives each process one CPU)");
+             " (a list is one tensor per device; hora gives each process one device)");
   }
   checkTensor(tensors[0], what, role);
   return tensors[0];
@@ -178,8 +202,12 @@ at::Tensor horaOutput(hora_request_t request, at::ScalarType dtype, const char *
   if (o == nullptr) fail(HORA_ERR_INTERNAL, where(what) + "hora returned no output");
   int64_t n = 1;
   for (int d = 0; d < o->ndim; ++d) n *= o->shape[d];
+  const at::Device device =
+      o->device.device_type == kDLCUDA
+          ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(o->device.device_id))
+          : at::Device(at::kCPU);
   return at::from_blob(static_cast<char *>(o->data) + o->byte_offset, {n},
-                       at::TensorOptions().dtype(dtype));
+                       at::TensorOptions().dtype(dtype).device(device));
 }
 
 at::Tensor expectNumel(const at::Tensor &t, int64_t numel, const char *what) {
@@ -304,14 +332,39 @@ std::function<hora_status_t(const char *, hora_request_t *)> allgatherOf(at::Ten
 
 // ------------------------------------------------------------------------------------------------
 
+// The future is a CPU one even for CUDA tensors: the watcher completes it once hora_wait says the
+// result is on the device, visible to every stream, so its callbacks and value() need no event.
 WorkHora::WorkHora(int rank, c10d::OpType type, const char *what,
-                   const std::vector<at::Tensor> &inputs)
+                   const std::vector<at::Tensor> &inputs, c10::Device device, bool streamOrdered)
     : Work(rank, type, what, c10::optional<std::vector<at::Tensor>>(inputs)),
       what_(what),
+      device_(device),
+      streamOrdered_(streamOrdered && device.is_cuda()),
       future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors())) {}
 
 bool WorkHora::wait(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mutex_);
+#if HORA_TORCH_CUDA
+  if (streamOrdered_ && timeout == kNoTimeout) {
+    // The op may still wait in the group's queue for its name (ProcessGroupHora::kLag).
+    cv_.wait(lock, [this] { return completed_ || request_ != nullptr; });
+    if (!completed_) {
+      // Torch's current stream of the device, as on the thread that waits (torch's NCCL
+      // backend's work.wait() blocks that one too). The watcher frees the request only once no
+      // wait() uses it (releaseRequest).
+      const hora_request_t request = request_;
+      void *stream = c10::cuda::getCurrentCUDAStream(device_.index()).stream();
+      ++requestUsers_;
+      lock.unlock();
+      const hora_status_t status = hora_cuda_wait(request, stream);
+      lock.lock();
+      --requestUsers_;
+      cv_.notify_all();
+      if (status == HORA_SUCCESS) return true;
+      // It failed before its launch: the watcher completes the work with hora's message.
+    }
+  }
+#endif
   if (timeout == kNoTimeout) {
     cv_.wait(lock, [this] { return completed_; });
   } else if (!cv_.wait_for(lock, timeout, [this] { return completed_; })) {
@@ -320,6 +373,20 @@ bool WorkHora::wait(std::chrono::milliseconds timeout) {
   }
   if (exception_) std::rethrow_exception(exception_);
   return true;
+}
+
+void WorkHora::submitted(hora_request_t request) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    request_ = request;
+  }
+  cv_.notify_all();
+}
+
+void WorkHora::releaseRequest() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  cv_.wait(lock, [this] { return requestUsers_ == 0; });
+  request_ = nullptr;
 }
 
 std::vector<at::Tensor> WorkHora::result() {
@@ -523,11 +590,12 @@ void ProcessGroupHora::watch(const std::shared_ptr<Shared> &shared) {
     // A work the timer failed keeps its tensors as they are: its caller has been told it failed.
     if (op.error == nullptr && !op.work->claimed() && !op.failedByTimer) {
       try {
-        value = op.finish(op.request);
+        value = finishOp(op);
       } catch (...) {
         op.error = std::current_exception();
       }
     }
+    op.work->releaseRequest();
     hora_request_free(op.request);
     // The tensors hora used are let go before anyone is told.
     op.submit = nullptr;
@@ -649,6 +717,56 @@ void ProcessGroupHora::Kind::track(uint64_t i) {
   }
 }
 
+namespace {
+
+// hora's CUDA stream is per thread, and an op is submitted on its caller's thread or, when it
+// waited in the queue, on the watcher's: each CUDA submission sets the stream the op was called
+// on for its own thread, and puts hora's default (NULL) back after it. Nothing for CPU ops.
+class SubmitStream {
+ public:
+  SubmitStream(c10::Device device, void *stream) : cuda_(device.is_cuda()) {
+    if (cuda_) status_ = hora_cuda_set_stream(stream);
+  }
+  ~SubmitStream() {
+    if (cuda_ && status_ == HORA_SUCCESS) hora_cuda_set_stream(nullptr);
+  }
+  SubmitStream(const SubmitStream &) = delete;
+  SubmitStream &operator=(const SubmitStream &) = delete;
+  hora_status_t status() const { return status_; }
+
+ private:
+  const bool cuda_;
+  hora_status_t status_ = HORA_SUCCESS;
+};
+
+}  // namespace
+
+// Runs the op's finish. A CUDA op's copies and folds go on a stream of torch's pool for the
+// device, not the watcher's default stream (which would wait for whatever the process queued
+// there), and are on the device before the work completes or hora frees its output: hora's
+// result is visible to every stream once hora_wait has returned. (c10's generic guard and
+// synchronize go through libc10_cuda, so that this file calls no CUDA runtime itself.)
+std::vector<at::Tensor> ProcessGroupHora::finishOp(const Op &op) {
+#if HORA_TORCH_CUDA
+  if (op.device.is_cuda()) {
+    const c10::Stream stream =
+        c10::cuda::getStreamFromPool(false, op.device.index()).unwrap();
+    const c10::StreamGuard guard(stream);
+    std::vector<at::Tensor> value;
+    std::exception_ptr error;
+    try {
+      value = op.finish(op.request);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    stream.synchronize();  // also after a failure: queued copies may still read hora's output
+    if (error) std::rethrow_exception(error);
+    return value;
+  }
+#endif
+  return op.finish(op.request);
+}
+
 bool ProcessGroupHora::Shared::trySubmit(Op &op, bool nameInFlight) {
   if (op.name.empty()) {
     Kind &kind = kinds[op.what];
@@ -659,11 +777,16 @@ bool ProcessGroupHora::Shared::trySubmit(Op &op, bool nameInFlight) {
     });
   }
   if (nameInFlight) return false;
-  const hora_status_t status = op.submit(op.name.c_str(), &op.request);
-  if (status != HORA_SUCCESS) {
-    if (!sequenceNames) op.name.clear();
-    throw horaError(status, op.what);
+  {
+    const SubmitStream stream(op.device, op.stream);
+    hora_status_t status = stream.status();
+    if (status == HORA_SUCCESS) status = op.submit(op.name.c_str(), &op.request);
+    if (status != HORA_SUCCESS) {
+      if (!sequenceNames) op.name.clear();
+      throw horaError(status, op.what);  // read hora's message before ~SubmitStream calls hora
+    }
   }
+  op.work->submitted(op.request);
   return true;
 }
 
@@ -691,13 +814,19 @@ void ProcessGroupHora::Shared::submitReady() {
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHora::enqueue(c10d::OpType type, const char *what,
+                                                         c10::Device device,
                                                          const std::vector<at::Tensor> &inputs,
                                                          const std::string &signature,
                                                          uint64_t key, Submit submit,
-                                                         Finish finish) {
-  auto work = c10::make_intrusive<WorkHora>(rank_, type, what, inputs);
+                                                         Finish finish, bool copies) {
+  auto work = c10::make_intrusive<WorkHora>(rank_, type, what, inputs, device, !copies);
   Op op;
   op.what = what;
+  op.device = device;
+#if HORA_TORCH_CUDA
+  // What the op waits for on the device: the work queued so far on the caller's current stream.
+  if (device.is_cuda()) op.stream = c10::cuda::getCurrentCUDAStream(device.index()).stream();
+#endif
   op.key = key;
   op.signature = signature;
   op.work = work;
@@ -755,7 +884,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::reduceTensors(c10d::OpType type
   for (size_t i = 0; i < tensors.size(); ++i) {
     const std::string role = "tensor " + std::to_string(i);
     checkTensor(tensors[i], what, role);
-    checkSameType(tensors[i], dtype, what, role);
+    checkLike(tensors[i], tensors[0], what, role, "tensor 0");
   }
   const Reduction red = reductionFor(op, dtype, what);
   const int32_t set = processSet_;
@@ -765,7 +894,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::reduceTensors(c10d::OpType type
     const at::Tensor row = concatenated(tensors).reshape({1, -1});
     const int64_t size = size_;
     return enqueue(
-        type, what, tensors, signature, agreedKey({row}, "bitwise"), allgatherOf(row, set),
+        type, what, tensors[0].device(), tensors, signature, agreedKey({row}, "bitwise"),
+        allgatherOf(row, set),
         [tensors, row, dtype, size, red, write, what](hora_request_t request) mutable {
           const at::Tensor all = expectNumel(horaOutput(request, dtype, what), size * row.numel(),
                                              what);
@@ -784,12 +914,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::reduceTensors(c10d::OpType type
   // hora reduces contiguous tensors: the tensors themselves, or copies written back at the end.
   // Without `write` the result goes to scratch tensors.
   std::vector<at::Tensor> inputs, outputs;
+  bool copies = false;
   for (const auto &t : tensors) {
     inputs.push_back(t.contiguous());
     outputs.push_back(write ? inputs.back() : at::empty_like(inputs.back()));
+    copies = copies || (write && !inputs.back().is_same(t));
   }
   return enqueue(
-      type, what, tensors, signature, agreedKey(inputs, opName(red.kind)),
+      type, what, tensors[0].device(), tensors, signature, agreedKey(inputs, opName(red.kind)),
       [inputs, outputs, red, set](const char *name, hora_request_t *request) {
         std::vector<DLTensor> in, out;
         for (size_t i = 0; i < inputs.size(); ++i) {
@@ -810,7 +942,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::reduceTensors(c10d::OpType type
           }
         }
         return tensors;
-      });
+      },
+      copies);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHora::allreduce(std::vector<at::Tensor> &tensors,
@@ -851,7 +984,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::broadcast(std::vector<at::Tenso
   const int root = static_cast<int>(opts.rootRank);
   const int32_t set = processSet_;
   return enqueue(
-      c10d::OpType::BROADCAST, what, tensors, signatureOf(tensors),
+      c10d::OpType::BROADCAST, what, t.device(), tensors, signatureOf(tensors),
       agreedKey({buf}, "root " + std::to_string(root)),
       [buf, root, set](const char *name, hora_request_t *request) {
         DLTensor d = toDl(buf);
@@ -860,7 +993,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::broadcast(std::vector<at::Tenso
       [t, buf](hora_request_t) mutable {
         if (!buf.is_same(t)) t.copy_(buf);
         return std::vector<at::Tensor>{t};
-      });
+      },
+      !buf.is_same(t));
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -882,7 +1016,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::allgather(
   for (size_t i = 0; i < outs.size(); ++i) {
     const std::string role = "output " + std::to_string(i);
     checkTensor(outs[i], what, role);
-    checkSameType(outs[i], input.scalar_type(), what, role);
+    checkLike(outs[i], input, what, role, "the input");
     if (outs[i].numel() != input.numel()) {
       fail(HORA_ERR_INVALID_ARGUMENT, where(what) + role + " has " +
                                           std::to_string(outs[i].numel()) +
@@ -892,7 +1026,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::allgather(
   const int64_t n = input.numel();
   const at::ScalarType dtype = input.scalar_type();
   return enqueue(
-      c10d::OpType::ALLGATHER, what, inputs, signatureOf(inputs), agreedKey({asRow(input)}, ""),
+      c10d::OpType::ALLGATHER, what, input.device(), inputs, signatureOf(inputs),
+      agreedKey({asRow(input)}, ""),
       allgatherOf(asRow(input), processSet_),
       [outs, n, dtype, what](hora_request_t request) mutable {
         const at::Tensor all = expectNumel(horaOutput(request, dtype, what),
@@ -908,7 +1043,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::_allgather_base(at::Tensor &out
   const char *what = "_allgather_base";
   checkTensor(input, what, "input");
   checkTensor(output, what, "output");
-  checkSameType(output, input.scalar_type(), what, "output");
+  checkLike(output, input, what, "output", "the input");
   if (output.numel() != input.numel() * size_) {
     fail(HORA_ERR_INVALID_ARGUMENT,
          where(what) + "the output has " + std::to_string(output.numel()) +
@@ -918,7 +1053,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::_allgather_base(at::Tensor &out
   const at::ScalarType dtype = input.scalar_type();
   at::Tensor out = output;
   return enqueue(
-      c10d::OpType::_ALLGATHER_BASE, what, {input}, signatureOf({input}),
+      c10d::OpType::_ALLGATHER_BASE, what, input.device(), {input}, signatureOf({input}),
       agreedKey({asRow(input)}, ""), allgatherOf(asRow(input), processSet_),
       [out, dtype, what](hora_request_t request) mutable {
         copyChunk(out, expectNumel(horaOutput(request, dtype, what), out.numel(), what), 0);
@@ -934,7 +1069,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::allgather_coalesced(
   const at::ScalarType dtype = inputs[0].scalar_type();
   for (size_t i = 0; i < inputs.size(); ++i) {
     checkTensor(inputs[i], what, "input " + std::to_string(i));
-    checkSameType(inputs[i], dtype, what, "input " + std::to_string(i));
+    checkLike(inputs[i], inputs[0], what, "input " + std::to_string(i), "input 0");
   }
   if (outputLists.size() != static_cast<size_t>(size_)) {
     fail(HORA_ERR_INVALID_ARGUMENT, where(what) + "expected " + std::to_string(size_) +
@@ -951,7 +1086,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::allgather_coalesced(
     for (size_t i = 0; i < inputs.size(); ++i) {
       const std::string role = "output [" + std::to_string(r) + "][" + std::to_string(i) + "]";
       checkTensor(outputLists[r][i], what, role);
-      checkSameType(outputLists[r][i], dtype, what, role);
+      checkLike(outputLists[r][i], inputs[0], what, role, "input 0");
       if (outputLists[r][i].numel() != inputs[i].numel()) {
         fail(HORA_ERR_INVALID_ARGUMENT, where(what) + role + " does not match input " +
                                             std::to_string(i) + "'s size");
@@ -962,7 +1097,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::allgather_coalesced(
   const int64_t n = row.numel();
   std::vector<std::vector<at::Tensor>> outs = outputLists;
   return enqueue(
-      c10d::OpType::ALLGATHER_COALESCED, what, inputs, signatureOf(inputs),
+      c10d::OpType::ALLGATHER_COALESCED, what, inputs[0].device(), inputs, signatureOf(inputs),
       agreedKey({row}, ""), allgatherOf(row, processSet_),
       [outs, n, dtype, what](hora_request_t request) mutable {
         const at::Tensor all = expectNumel(horaOutput(request, dtype, what),
@@ -998,7 +1133,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::gather(
     for (size_t i = 0; i < outs.size(); ++i) {
       const std::string role = "output " + std::to_string(i);
       checkTensor(outs[i], what, role);
-      checkSameType(outs[i], input.scalar_type(), what, role);
+      checkLike(outs[i], input, what, role, "the input");
       if (outs[i].numel() != input.numel()) {
         fail(HORA_ERR_INVALID_ARGUMENT, where(what) + role + " does not match the input's size");
       }
@@ -1010,7 +1145,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::gather(
   const int64_t n = input.numel(), size = size_;
   const at::ScalarType dtype = input.scalar_type();
   return enqueue(
-      c10d::OpType::GATHER, what, inputs, "", 0, allgatherOf(asRow(input), processSet_),
+      c10d::OpType::GATHER, what, input.device(), inputs, "", 0,
+      allgatherOf(asRow(input), processSet_),
       [outs, n, size, dtype, what](hora_request_t request) mutable {
         const at::Tensor all = expectNumel(horaOutput(request, dtype, what), n * size, what);
         for (size_t i = 0; i < outs.size(); ++i) copyChunk(outs[i], all, n * static_cast<int64_t>(i));
@@ -1054,7 +1190,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::scatter(
     for (size_t i = 0; i < inputs[0].size(); ++i) {
       const std::string role = "input " + std::to_string(i);
       checkTensor(inputs[0][i], what, role);
-      checkSameType(inputs[0][i], output.scalar_type(), what, role);
+      checkLike(inputs[0][i], output, what, role, "the output");
       if (inputs[0][i].numel() != n) {
         fail(HORA_ERR_INVALID_ARGUMENT, where(what) + role + " does not match the output's size");
       }
@@ -1070,8 +1206,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::scatter(
   }
   const at::ScalarType dtype = output.scalar_type();
   return enqueue(
-      c10d::OpType::SCATTER, what, inputs.empty() ? std::vector<at::Tensor>{} : inputs[0], "",
-      0, alltoallOf(flat, splits, processSet_),
+      c10d::OpType::SCATTER, what, output.device(),
+      inputs.empty() ? std::vector<at::Tensor>{} : inputs[0], "", 0,
+      alltoallOf(flat, splits, processSet_),
       [output, n, dtype, what](hora_request_t request) mutable {
         copyChunk(output, expectNumel(horaOutput(request, dtype, what), n, what), 0);
         return std::vector<at::Tensor>{output};
@@ -1084,7 +1221,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::alltoall_base(
   const char *what = "alltoall_base";
   checkTensor(input, what, "input");
   checkTensor(output, what, "output");
-  checkSameType(output, input.scalar_type(), what, "output");
+  checkLike(output, input, what, "output", "the input");
   if (input.dim() == 0) {
     fail(HORA_ERR_INVALID_ARGUMENT, where(what) + "the input is a scalar; it is split along dim 0");
   }
@@ -1099,7 +1236,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::alltoall_base(
   const at::ScalarType dtype = input.scalar_type();
   at::Tensor out = output;
   return enqueue(
-      c10d::OpType::ALLTOALL_BASE, what, {input}, "", 0,
+      c10d::OpType::ALLTOALL_BASE, what, input.device(), {input}, "", 0,
       alltoallOf(input.contiguous(), inputSplits, processSet_),
       [out, expect, dtype, what](hora_request_t request) mutable {
         const int64_t *got = hora_request_received_splits(request);
@@ -1131,13 +1268,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::alltoall(std::vector<at::Tensor
   for (size_t i = 0; i < inputs.size(); ++i) {
     checkTensor(inputs[i], what, "input " + std::to_string(i));
     checkTensor(outputs[i], what, "output " + std::to_string(i));
-    checkSameType(inputs[i], dtype, what, "input " + std::to_string(i));
-    checkSameType(outputs[i], dtype, what, "output " + std::to_string(i));
+    checkLike(inputs[i], inputs[0], what, "input " + std::to_string(i), "input 0");
+    checkLike(outputs[i], inputs[0], what, "output " + std::to_string(i), "input 0");
     splits.push_back(inputs[i].numel());
   }
   std::vector<at::Tensor> outs = outputs;
   return enqueue(
-      c10d::OpType::ALLTOALL, what, inputs, "", 0,
+      c10d::OpType::ALLTOALL, what, inputs[0].device(), inputs, "", 0,
       alltoallOf(concatenated(inputs), splits, processSet_),
       [outs, dtype, what](hora_request_t request) mutable {
         const at::Tensor received = horaOutput(request, dtype, what);
@@ -1172,7 +1309,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::reduce_scatter(
   for (size_t i = 0; i < inputs[0].size(); ++i) {
     const std::string role = "input " + std::to_string(i);
     checkTensor(inputs[0][i], what, role);
-    checkSameType(inputs[0][i], output.scalar_type(), what, role);
+    checkLike(inputs[0][i], output, what, role, "the output");
     if (inputs[0][i].numel() != output.numel()) {
       fail(HORA_ERR_INVALID_ARGUMENT, where(what) + role + " does not match the output's size");
     }
@@ -1187,7 +1324,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::_reduce_scatter_base(
   const char *what = "_reduce_scatter_base";
   checkTensor(input, what, "input");
   checkTensor(output, what, "output");
-  checkSameType(output, input.scalar_type(), what, "output");
+  checkLike(output, input, what, "output", "the input");
   if (input.numel() != output.numel() * size_) {
     fail(HORA_ERR_INVALID_ARGUMENT,
          where(what) + "the input has " + std::to_string(input.numel()) +
@@ -1209,7 +1346,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::reduceScatterRows(
   const std::string signature = signatureOf(inputs);
   if (red.bitwise) {
     return enqueue(
-        type, what, inputs, signature, agreedKey({rows.reshape({1, -1})}, "bitwise"),
+        type, what, output.device(), inputs, signature,
+        agreedKey({rows.reshape({1, -1})}, "bitwise"),
         allgatherOf(rows.reshape({1, -1}), set),
         [output, size, rank, n, dtype, red, what](hora_request_t request) mutable {
           const at::Tensor all = expectNumel(horaOutput(request, dtype, what), size * size * n, what);
@@ -1222,7 +1360,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::reduceScatterRows(
   // rows that are a copy.
   if (red.prescale != 1.0) rows = fresh ? rows.mul_(red.prescale) : rows.mul(red.prescale);
   return enqueue(
-      type, what, inputs, signature, agreedKey({rows}, opName(red.kind)),
+      type, what, output.device(), inputs, signature, agreedKey({rows}, opName(red.kind)),
       [rows, red, set](const char *name, hora_request_t *request) {
         const DLTensor in = toDl(rows);
         return hora_reducescatter_async(name, &in, red.op, set, request);
@@ -1241,7 +1379,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHora::barrier(const c10d::BarrierOpti
   const at::Tensor token = at::zeros({1}, at::kInt);
   const int32_t set = processSet_;
   return enqueue(
-      c10d::OpType::BARRIER, "barrier", {}, "", 0,
+      c10d::OpType::BARRIER, "barrier", c10::Device(c10::kCPU), {}, "", 0,
       [token, set](const char *name, hora_request_t *request) {
         DLTensor d = toDl(token);
         return hora_allreduce_async(name, &d, &d, HORA_OP_SUM, 1.0, 1.0, set, request);

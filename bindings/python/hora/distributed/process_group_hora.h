@@ -24,8 +24,9 @@
 #include <torch/csrc/api/include/torch/version.h>
 // torch 2 takes a backend plugin as a c10d::Backend, which a c10d::ProcessGroup of torch's own
 // wraps for each device; torch 1.13 takes the ProcessGroup itself. The collectives' virtual
-// signatures are the same in both. NOT COMPILED in this project yet: only torch 1.13 is
-// installed here, and meson builds this backend only where it finds 1.13 (distributed/meson.build).
+// signatures are the same in both. meson builds this for any torch >= 1.13; only 1.13 is
+// installed here, so the torch 2 branch is type-checked only (TORCH_VERSION_MAJOR forced to 2
+// over 1.13's headers, which have a Backend.hpp), never built against torch 2 or run.
 #if TORCH_VERSION_MAJOR >= 2
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #else
@@ -36,7 +37,7 @@ namespace hora {
 namespace dist {
 
 #if TORCH_VERSION_MAJOR >= 2
-using ProcessGroupBase = c10d::Backend;  // torch 2: not compiled here (see above)
+using ProcessGroupBase = c10d::Backend;  // torch 2: type-checked only here (see above)
 #else
 using ProcessGroupBase = c10d::ProcessGroup;
 #endif
@@ -58,11 +59,17 @@ class StatusError : public std::runtime_error {
 // when the group's timeout runs out first.
 class WorkHora : public c10d::Work {
  public:
-  // `what`: the torch op, a string literal (also the profiler's title).
-  WorkHora(int rank, c10d::OpType type, const char *what, const std::vector<at::Tensor> &inputs);
+  // `what`: the torch op, a string literal (also the profiler's title). `device`: its tensors'.
+  // `streamOrdered`: a CUDA op whose results hora writes where torch wants them, with nothing
+  // left for the watcher to copy, so that wait() may return before the device has them.
+  WorkHora(int rank, c10d::OpType type, const char *what, const std::vector<at::Tensor> &inputs,
+           c10::Device device, bool streamOrdered);
 
   // As Work::wait, but a timeout raises hora's timeout error naming the op (which stays in
-  // flight: wait again, or let the group's timeout fail it).
+  // flight: wait again, or let the group's timeout fail it). A stream-ordered CUDA op without a
+  // timeout waits as torch's NCCL backend does: until hora has launched it, having made torch's
+  // current stream of the device wait for its end (hora_cuda_wait). Every other op, and any
+  // wait with a timeout, waits on the host until the op is complete.
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
   std::vector<at::Tensor> result() override;
@@ -74,10 +81,20 @@ class WorkHora : public c10d::Work {
   // Whether complete() has been called (the value may still be on its way).
   bool claimed() const { return claimed_.load(); }
 
+  // The op's hora request once it is submitted, for a stream-ordered wait(); taken back
+  // (waiting for a wait() that is using it) before the watcher frees it.
+  void submitted(hora_request_t request);
+  void releaseRequest();
+
  private:
   const char *what_;
+  const c10::Device device_;
+  const bool streamOrdered_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
-  std::vector<at::Tensor> result_;  // guarded by Work::mutex_
+  // Work::mutex_ guards these; Work::cv_ is notified when they change.
+  std::vector<at::Tensor> result_;
+  hora_request_t request_ = nullptr;  // between submitted() and releaseRequest()
+  int requestUsers_ = 0;              // wait() calls in hora_cuda_wait on request_
   std::atomic<bool> claimed_{false};
 };
 
@@ -210,6 +227,8 @@ class ProcessGroupHora : public ProcessGroupBase {
     c10::intrusive_ptr<WorkHora> work;
     Submit submit;
     Finish finish;
+    c10::Device device{c10::kCPU};     // of its tensors (all on one device)
+    void *stream = nullptr;            // a CUDA op's: torch's current stream at the call
     hora_request_t request = nullptr;  // null until submitted
     std::exception_ptr error;          // its submission failed, or the group failed first
     bool failedByTimer = false;        // the timer completes its work (with the timeout's words)
@@ -261,12 +280,13 @@ class ProcessGroupHora : public ProcessGroupBase {
   };
 
   // Names the op, submits it (or leaves that to the watcher: see kLag) and queues it for the
-  // watcher. `signature`: the op's tensors, for messages; `key`: what every member agrees on
-  // about it once hora has checked it (see kLag).
-  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char *what,
+  // watcher. `device`: where its tensors are; `signature`: the op's tensors, for messages;
+  // `key`: what every member agrees on about it once hora has checked it (see kLag);
+  // `copies`: `finish` moves data on the device (see WorkHora's streamOrdered).
+  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, const char *what, c10::Device device,
                                          const std::vector<at::Tensor> &inputs,
                                          const std::string &signature, uint64_t key,
-                                         Submit submit, Finish finish);
+                                         Submit submit, Finish finish, bool copies = true);
   // An allreduce of `tensors` (one dtype), its result written to them when `write`; BAND, BOR
   // and BXOR go through an allgather.
   c10::intrusive_ptr<c10d::Work> reduceTensors(c10d::OpType type, const char *what,
@@ -278,6 +298,8 @@ class ProcessGroupHora : public ProcessGroupBase {
                                                    at::Tensor output, at::Tensor rows, bool fresh,
                                                    const std::vector<at::Tensor> &inputs,
                                                    const c10d::ReduceOp &op);
+  // The op's finish; for a CUDA op, on a side stream, synchronized.
+  static std::vector<at::Tensor> finishOp(const Op &op);
   // The watcher: waits for each op in turn and completes its work.
   static void watch(const std::shared_ptr<Shared> &shared);
   // The timer: fails the group when its oldest op outlives the timeout.
