@@ -100,7 +100,21 @@ if /usr/bin/python3 -c 'import torch; assert torch.__version__.startswith("1.13"
 fi
 [ -x "$prefix/bin/hora-info" ] || fail "no hora-info in the prefix"
 
-grep '^+ ' "$scratch/readme.log" | grep -v '^+ VENV=\|^+ PREFIX=' | sed 's/^+ /ran: /'
+# "## Start here": its blocks that start jobs from the installed package (the install block is the
+# one above; the C block's full build is run_main.sh's), as written, in the venv it activates.
+awk '/^## / { inside = ($0 == "## Start here"); next }
+     inside && /^```sh$/ { code = 1; block = ""; next }
+     code && /^```$/ { code = 0; if (block !~ /pip|meson|mpirun|setup\.sh/) printf "%s", block; next }
+     code { block = block $0 "\n" }' "$src/README.md" >"$scratch/start.sh"
+grep -q '^horarun ' "$scratch/start.sh" || fail "README.md's Start here section starts no job with horarun"
+(cd "$copy" && . "$venv/bin/activate" && env -u PYTHONPATH -u MASTER_ADDR -u MASTER_PORT -u RANK \
+   -u WORLD_SIZE -u OMPI_COMM_WORLD_SIZE -u HORA_BOOTSTRAP bash -ex "$scratch/start.sh") \
+  >"$scratch/start.log" 2>&1 ||
+  { cat "$scratch/start.log" >&2; fail "a command of README.md's Start here section failed (above)"; }
+grep -c 'replicas identical' "$scratch/start.log" | grep -qx "$(grep -c '^horarun ' "$scratch/start.sh")" ||
+  { cat "$scratch/start.log" >&2; fail "a job of README.md's Start here section did not end with identical replicas"; }
+
+grep '^+ ' "$scratch/readme.log" "$scratch/start.log" | grep -v '^+ VENV=\|^+ PREFIX=' | sed 's/^[^+]*+ /ran: /'
 grep -E '^(\[[01]\] )?[0-9]+$|hora-example: OK|^OK' "$scratch/readme.log" || true
 echo "$info" | grep 'python:\|torch.distributed'
-echo "OK: README.md's Installing section ($(( $(date +%s) - start )) s)"
+echo "OK: README.md's Installing section and its Start here jobs ($(( $(date +%s) - start )) s)"
