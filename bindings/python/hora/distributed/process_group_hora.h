@@ -88,7 +88,7 @@ class WorkHora : public c10d::Work {
 
  private:
   const char *what_;
-  const c10::Device device_;
+  [[maybe_unused]] const c10::Device device_;  // read only with HORA_TORCH_CUDA
   const bool streamOrdered_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   // Work::mutex_ guards these; Work::cv_ is notified when they change.
