@@ -6,9 +6,9 @@
 # source tree, at the version of meson.build, and hora-info says what was built for which Python.
 #   test_readme_install.sh SOURCEDIR
 # Cheap by default (CI: 2 cores): `meson` and `ninja` on PATH are wrappers that build at -O0 with
-# -j$HORA_README_JOBS (2; meson test sets 1, as it runs this beside another test), without the
+# -j$HORA_TEST_README_JOBS (2; meson test sets 1, as it runs this beside another test), without the
 # tests, benchmarks, MPI, UCX and NCCL, and the prefix install without Python;
-# where things are installed does not depend on those. HORA_README_FULL=1 runs the commands with
+# where things are installed does not depend on those. HORA_TEST_README_FULL=1 runs the commands with
 # the real meson and ninja alone (minutes: everything the machine has is built, twice).
 set -eu
 src=$(cd "$1" && pwd)
@@ -50,7 +50,7 @@ sed -e "s|^VENV=.*|VENV=$venv|" -e "s|^PREFIX=.*|PREFIX=$prefix|" "$scratch/bloc
 
 wrap=$scratch/bin
 mkdir "$wrap"
-if [ "${HORA_README_FULL:-0}" != 1 ]; then
+if [ "${HORA_TEST_README_FULL:-0}" != 1 ]; then
   real_meson=$(command -v meson) || fail "meson not found"
   real_ninja=$(command -v ninja) || fail "ninja not found"
   cat >"$scratch/cheap.ini" <<'EOF'
@@ -71,7 +71,7 @@ if [ "\${1:-}" = setup ]; then
 fi
 exec "$real_meson" "\$@"
 EOF
-  printf '#!/bin/sh\nexec "%s" -j%s "$@"\n' "$real_ninja" "${HORA_README_JOBS:-2}" >"$wrap/ninja"
+  printf '#!/bin/sh\nexec "%s" -j%s "$@"\n' "$real_ninja" "${HORA_TEST_README_JOBS:-2}" >"$wrap/ninja"
   chmod +x "$wrap/meson" "$wrap/ninja"
 fi
 
