@@ -47,10 +47,29 @@ testlog="$builddir/meson-logs/testlog.json"
 rm -f "$testlog"
 rc=0
 t=$SECONDS
+# The 'background' suite (compilers, mostly: the README's install, the torch backend's
+# type-check) runs one test at a time beside the rest, whose multi-rank tests spend much of their
+# time in timers and waits; given test arguments, meson test's selection alone decides.
+bglog="$builddir/meson-logs/testlog-background.json"
+rm -f "$bglog"
+bg_pid=
+select=("$@")
+if [ $# -eq 0 ]; then
+  meson test -C "$builddir" --no-rebuild --print-errorlogs --num-processes 1 --suite background \
+    --logbase testlog-background --timeout-multiplier "$HORA_TEST_TIME_SCALE" \
+    > "$builddir/meson-logs/background.txt" 2>&1 &
+  bg_pid=$!
+  select=(--no-suite background)
+fi
 # Two at a time: the tests that may run beside another start first (priority); the others run
 # alone, as they say (is_parallel: false).
 meson test -C "$builddir" --no-rebuild --print-errorlogs --num-processes 2 \
-  --timeout-multiplier "$HORA_TEST_TIME_SCALE" "$@" || rc=$?
+  --timeout-multiplier "$HORA_TEST_TIME_SCALE" "${select[@]}" || rc=$?
+if [ -n "$bg_pid" ]; then
+  wait "$bg_pid" || rc=1
+  echo "== the background suite (beside the tests above)"
+  cat "$builddir/meson-logs/background.txt"
+fi
 phases+=("main-test $((SECONDS - t))")
 
 if [ ! -s "$testlog" ]; then
@@ -59,6 +78,7 @@ if [ ! -s "$testlog" ]; then
   exit $(( rc != 0 ? rc : 1 ))
 fi
 testlogs=("main=$testlog")
+[ -s "$bglog" ] && testlogs+=("main=$bglog")
 # The sanitizer runs (only for the whole suite, not for a selection of tests).
 if [ "${HORA_SANITIZERS:-1}" != 0 ] && [ $# -eq 0 ]; then
   for kind in asan tsan; do
