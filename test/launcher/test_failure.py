@@ -106,5 +106,50 @@ class FirstFailure(TempDirTest):
                          ["horarun: rank 1 exited with status 3; stopping the other rank"])
 
 
+class FirstFailureOrder(unittest.TestCase):
+    """Which rank failed first, from the times horarun noted, without the races of a real job:
+    horarun loaded as a module, ranks as its Rank objects with the times set by hand."""
+
+    @classmethod
+    def setUpClass(cls):
+        import importlib.machinery
+        import importlib.util
+        from launcher_util import HORARUN
+        loader = importlib.machinery.SourceFileLoader("horarun_module", HORARUN)
+        spec = importlib.util.spec_from_loader("horarun_module", loader)
+        cls.h = importlib.util.module_from_spec(spec)
+        loader.exec_module(cls.h)
+
+    def rank(self, index, exit_at, returncode, traceback_at=None):
+        r = self.h.Rank(index, None)
+        r.exit_at, r.returncode = exit_at, returncode
+        r.err = self.h.RankStream(index, -1, None, False, watch=True)
+        r.out = self.h.RankStream(index, -1, None, False)
+        r.err.traceback_at = traceback_at
+        return r
+
+    def first(self, ranks):
+        first_exit = min(r.exit_at for r in ranks)
+        return min(ranks, key=lambda r: r.failed_at(first_exit)).index
+
+    def test_a_signal_death_noticed_after_the_traceback_it_caused(self):
+        # rank 1 killed at t=100.00, its watcher ran late (100.05); rank 0's "connection reset"
+        # traceback was read at 100.01 and it exited at 100.20
+        killed = self.rank(1, 100.05, -9)
+        peer = self.rank(0, 100.20, 1, traceback_at=100.01)
+        self.assertEqual(self.first([peer, killed]), 1)
+
+    def test_a_traceback_long_before_a_signal_death(self):
+        # rank 0 raised at t=100 and took a second to exit; rank 1 was killed at 101 for it
+        raised = self.rank(0, 101.5, 1, traceback_at=100.0)
+        killed = self.rank(1, 101.0, -9)
+        self.assertEqual(self.first([killed, raised]), 0)
+
+    def test_a_slow_exit_after_raising_beats_the_failures_it_caused(self):
+        raised = self.rank(2, 100.8, 1, traceback_at=100.0)
+        others = [self.rank(i, 100.3, 1) for i in (0, 1)]
+        self.assertEqual(self.first(others + [raised]), 2)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
