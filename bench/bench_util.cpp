@@ -144,6 +144,18 @@ std::string unwritable(const std::string &file) {
   return "";
 }
 
+bool writeReport(const std::string &file, const std::function<void(FILE *)> &write) {
+  FILE *f = std::fopen(file.c_str(), "w");
+  if (!f) {
+    std::fprintf(stderr, "%s: cannot write %s: %s\n", programName(), file.c_str(),
+                 std::strerror(errno));
+    return false;
+  }
+  write(f);
+  std::fclose(f);
+  return true;
+}
+
 // ---- element types -----------------------------------------------------------------------------
 
 namespace {

@@ -54,6 +54,9 @@ ParseResult parseCommandLine(int argc, char **argv, const std::vector<OptionSpec
 // "" when FILE's directory exists and takes new files, else why not: checked before a long run
 // rather than after it.
 std::string unwritable(const std::string &file);
+// Writes FILE through `write` (the --json report); false, having said why on stderr, when FILE
+// cannot be opened.
+bool writeReport(const std::string &file, const std::function<void(FILE *)> &write);
 // Collective: true on every rank when any rank's `error` is set; rank 0 prints its own with a
 // pointer to --help.
 bool usageErrorAnywhere(const std::string &error, int rank);

@@ -1396,18 +1396,11 @@ int run(int argc, char **argv) {
     if (ncclCount) std::printf("# Avg NCCL bus bandwidth: %g\n", ncclSum / ncclCount);
     std::printf("#\n");
     std::fflush(stdout);
-    if (!opt.json.empty()) {
-      FILE *f = std::fopen(opt.json.c_str(), "w");
-      if (!f) {
-        std::fprintf(stderr, "%s: cannot write %s: %s\n", programName(), opt.json.c_str(),
-                     std::strerror(errno));
-        status = 2;
-      } else {
-        writeJson(f, opt, *coll, *type, *op, n, glooSkipped, gloo != nullptr, mpiSkipped, planes,
-                  rows, horaWrong + baselineWrong, avgBus);
-        std::fclose(f);
-      }
-    }
+    if (!opt.json.empty() && !writeReport(opt.json, [&](FILE *f) {
+          writeJson(f, opt, *coll, *type, *op, n, glooSkipped, gloo != nullptr, mpiSkipped, planes,
+                    rows, horaWrong + baselineWrong, avgBus);
+        }))
+      status = 2;
     if (!opt.plot.empty()) {
       const std::string title = std::string("hora-bench ") + coll->name + ", " +
                                 std::to_string(n) + " ranks, " + type->name +

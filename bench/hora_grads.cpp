@@ -762,17 +762,10 @@ int runCuda(const Options &opt, const std::vector<ModelResult> &loaded, int rank
     std::printf("# Wrong values: %lld %s\n", static_cast<long long>(wrong),
                 !opt.check ? "(not checked)" : wrong ? "FAILED" : "OK");
     std::fflush(stdout);
-    if (!opt.json.empty()) {
-      FILE *f = std::fopen(opt.json.c_str(), "w");
-      if (!f) {
-        std::fprintf(stderr, "%s: cannot write %s: %s\n", programName(), opt.json.c_str(),
-                     std::strerror(errno));
-        status = 2;
-      } else {
-        writeCudaJson(f, opt, n, fusion, plane, cuda->device(), results);
-        std::fclose(f);
-      }
-    }
+    if (!opt.json.empty() && !writeReport(opt.json, [&](FILE *f) {
+          writeCudaJson(f, opt, n, fusion, plane, cuda->device(), results);
+        }))
+      status = 2;
   }
   broadcastBytes(&status, sizeof status);
   return status;
@@ -1009,18 +1002,11 @@ int run(int argc, char **argv) {
     std::printf("# Wrong values: %lld %s\n", static_cast<long long>(wrong),
                 !opt.check ? "(not checked)" : wrong ? "FAILED" : "OK");
     std::fflush(stdout);
-    if (!opt.json.empty()) {
-      FILE *f = std::fopen(opt.json.c_str(), "w");
-      if (!f) {
-        std::fprintf(stderr, "%s: cannot write %s: %s\n", programName(), opt.json.c_str(),
-                     std::strerror(errno));
-        status = 2;
-      } else {
-        writeJson(f, opt, n, launchedFusion, planes, primary, mpiLat, glooLat, mpiSkipped,
-                  glooSkipped, results);
-        std::fclose(f);
-      }
-    }
+    if (!opt.json.empty() && !writeReport(opt.json, [&](FILE *f) {
+          writeJson(f, opt, n, launchedFusion, planes, primary, mpiLat, glooLat, mpiSkipped,
+                    glooSkipped, results);
+        }))
+      status = 2;
   }
   broadcastBytes(&status, sizeof status);
   gloo.reset();
