@@ -54,6 +54,14 @@ class DeviceExecutor {
   virtual void reducescatter(const std::vector<Request *> &requests,
                              const std::vector<const Response *> &responses, int contributors) = 0;
 
+  // The ops called between these two (one cycle's, agreed alike on every rank) go to NCCL as one
+  // group, one launch: each op's copies in are queued as it is called, its NCCL calls and copies
+  // out at endCycle(). An op called outside them is launched at once. Each op still has a ticket
+  // and an end of its own, known once it is called; a stream-ordered wait on it may start only
+  // after endCycle() (its event is recorded then).
+  virtual void beginCycle() = 0;
+  virtual void endCycle() = 0;
+
   // The ticket of the last op queued (1, 2, ...; 0 before the first), and its end.
   virtual uint64_t queued() const = 0;
   virtual std::shared_ptr<DeviceEnd> lastEnd() const = 0;

@@ -380,6 +380,11 @@ SetEngine::Cycle SetEngine::cycle(bool ownThread) {
 
 void SetEngine::execute(const std::vector<const Response *> &responses) {
   std::vector<RequestPtr> standIns;  // this rank has joined: it takes part without data
+  // The device ops of these responses go to NCCL as one group (DeviceExecutor::beginCycle),
+  // opened at the first of them; their requests learn their ends once the group is launched.
+  deviceCycle_ = false;
+  const size_t deviceOpsBefore = deviceOps_.size();
+  std::vector<std::shared_ptr<DeviceEnd>> ends;
   for (const FusionGroup &group : planFusion(responses, knobs_.fusionThreshold)) {
     standIns.clear();
     const Response &first = *responses[group.members.front()];
@@ -440,10 +445,9 @@ void SetEngine::execute(const std::vector<const Response *> &responses) {
     } else if (!first.agreed.device.isCpu()) {
       try {
         executeOnDevice(requests, members);
-        // Queued: completed by completeDeviceOps() once the device has run it; a stream-ordered
-        // wait may go on now.
-        const std::shared_ptr<DeviceEnd> end = device_->lastEnd();
-        for (PendingMap::iterator it : owned) it->second->launched(end);
+        // Staged: launched with the rest of the cycle's device ops below, completed by
+        // completeDeviceOps() once the device has run it.
+        ends.push_back(device_->lastEnd());
         DeviceOp op;
         op.ticket = device_->queued();
         op.op = first.agreed.op;
@@ -486,6 +490,14 @@ void SetEngine::execute(const std::vector<const Response *> &responses) {
     }
     finish(owned, status);
     if (status.ok()) watch_->completed(opName, first.agreed.name, seqs.back());
+  }
+  if (deviceCycle_) {
+    deviceCycle_ = false;
+    device_->endCycle();
+    // Launched: a stream-ordered wait may go on now.
+    for (size_t i = 0; i < ends.size(); ++i) {
+      for (const RequestPtr &r : deviceOps_[deviceOpsBefore + i].owned) r->launched(ends[i]);
+    }
   }
 }
 
@@ -538,6 +550,10 @@ void SetEngine::executeOnDevice(const std::vector<Request *> &requests,
   const OpSpec &spec = opSpec(first.agreed.op);
   if (spec.runDevice == nullptr) {
     HORA_THROW(HORA_ERR_INTERNAL, spec.name, " '", first.agreed.name, "' on a device");
+  }
+  if (!deviceCycle_) {
+    device_->beginCycle();
+    deviceCycle_ = true;
   }
   spec.runDevice(OpRun{requests, members, nullptr, device_.get(), handler_,
                        contributors(first)});

@@ -189,6 +189,7 @@ class SetEngine {
     Timeline::Clock::time_point began{};
   };
   std::deque<DeviceOp> deviceOps_;
+  bool deviceCycle_ = false;  // execute() opened the executor's cycle (one NCCL group)
   std::atomic<bool> deviceBusy_{false};  // !deviceOps_.empty(), for the loop between cycles
   // Completes the device ops whose work finished; throws what poll() throws.
   void completeDeviceOps();

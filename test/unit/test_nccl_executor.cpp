@@ -465,6 +465,93 @@ TEST(NcclExecutor, FusedReducescatterKeepsItsPrescaledInput) {
   EXPECT_EQ(in[0], (std::vector<float>{1, 2, 3})) << "the caller's input is not scaled in place";
 }
 
+// One cycle's device ops (between beginCycle and endCycle) are one NCCL group, one launch: two
+// fused allreduces (each packed into its own part of the fusion buffer), a premultiplied
+// reducescatter and a broadcast. Nothing reaches NCCL until endCycle;
+// each op keeps its own ticket, and every result is right.
+TEST(NcclExecutor, OneCycleIsOneNcclGroup) {
+  constexpr int n = 2;
+  Ranks ranks(n);
+  ranks.options.directBytes = 256;   // 64 floats and more go as they are
+  ranks.options.fusionBytes = 2048;  // both packs fit (540 and 336 bytes with their tensors aligned)
+  ranks.start();
+  std::vector<std::vector<std::vector<float>>> f(n);   // 10, 3, 7 (packed) and 64 (direct) floats
+  std::vector<std::vector<std::vector<int32_t>>> k(n);  // 30 and 20 ints, packed
+  std::vector<std::vector<float>> rsIn(n), rsOut(n), bc(n);
+  runRanks(n, [&](int r) {
+    DeviceExecutor &ex = ranks.ex(r);
+    FakeDevice &d = ranks.dev(r);
+    d.clearCalls();
+    std::vector<TensorArg> ft, kt;
+    std::vector<Shape> fs, ks;
+    for (int64_t size : {10, 3, 7, 64}) {
+      f[r].emplace_back(static_cast<size_t>(size));
+      for (int64_t i = 0; i < size; ++i) f[r].back()[static_cast<size_t>(i)] = float((r + 1) * (i + size));
+      ft.push_back(TensorArg{f[r].back().data(), f[r].back().data(), size});
+      fs.push_back({size});
+    }
+    for (int64_t size : {30, 20}) {
+      k[r].emplace_back(static_cast<size_t>(size));
+      for (int64_t i = 0; i < size; ++i) k[r].back()[static_cast<size_t>(i)] = int32_t(r * 1000 + i * size);
+      kt.push_back(TensorArg{k[r].back().data(), k[r].back().data(), size});
+      ks.push_back({size});
+    }
+    rsIn[r] = {1.0f + r, 2.0f + r, 3.0f + r, 4.0f + r};  // 4 rows: 2 per rank
+    bc[r] = {r == 1 ? 7.0f : 0.0f, r == 1 ? 8.0f : 0.0f};
+    RequestMsg mf = message("floats", OpType::kAllreduce, DType::kFloat32, r, fs);
+    RequestMsg mk = message("ints", OpType::kAllreduce, DType::kInt32, r, ks);
+    RequestMsg ms = message("scatter", OpType::kReducescatter, DType::kFloat32, r, {{4}});
+    ms.prescale = 0.25;  // a PreMulSum, destroyed only after the group
+    RequestMsg mb = message("bcast", OpType::kBroadcast, DType::kFloat32, r, {{2}});
+    mb.root = 1;
+    Response rs = responseFor(ms), rb = responseFor(mb);
+    Request qf(mf, 0, ft), qk(mk, 0, kt);
+    Request qs(ms, 0, {TensorArg{rsIn[r].data(), nullptr, 4}});
+    Request qb(mb, 0, {TensorArg{bc[r].data(), bc[r].data(), 2}});
+    ex.beginCycle();
+    ex.allreduce({&qf}, responseFor(mf), n);
+    EXPECT_EQ(ex.queued(), 1u);
+    ex.allreduce({&qk}, responseFor(mk), n);
+    EXPECT_EQ(ex.queued(), 2u);
+    ex.reducescatter({&qs}, {&rs}, n);
+    ex.broadcast(qb, rb);
+    EXPECT_EQ(ex.queued(), 4u) << "a ticket each, known before the launch";
+    EXPECT_EQ(d.count("groupStart"), 0) << "nothing reaches NCCL before endCycle";
+    EXPECT_EQ(d.count("allReduce") + d.count("reduceScatter") + d.count("broadcast"), 0);
+    EXPECT_EQ(d.count("batchedCopy"), 2) << "but both packs are queued";
+    ex.endCycle();
+    EXPECT_EQ(d.count("groupStart"), 1) << "one group for the cycle";
+    EXPECT_EQ(d.count("groupEnd"), 1);
+    EXPECT_EQ(d.count("allReduce"), 3) << "two packed buffers and the 64-float tensor";
+    EXPECT_EQ(d.count("reduceScatter"), 1);
+    EXPECT_EQ(d.count("broadcast"), 1);
+    EXPECT_EQ(d.count("createPreMulSum"), 1);
+    EXPECT_EQ(d.count("memAlloc 2048"), 1) << "the fusion buffer, once";
+    EXPECT_EQ(d.count("allocate"), 1) << "and no scratch for the packs: only the reducescatter's output";
+    EXPECT_EQ(waitFor(ex, 4), 4u);
+    const auto *o = static_cast<const float *>(qs.output()->data);
+    rsOut[r].assign(o, o + 2);
+  });
+  for (int r = 0; r < n; ++r) {
+    for (size_t t = 0; t < 4; ++t) {
+      const int64_t size = int64_t{t == 0 ? 10 : t == 1 ? 3 : t == 2 ? 7 : 64};
+      for (int64_t i = 0; i < size; ++i) {
+        ASSERT_FLOAT_EQ(f[r][t][static_cast<size_t>(i)], float(3 * (i + size))) << "floats " << t << "[" << i << "]";
+      }
+    }
+    for (size_t t = 0; t < 2; ++t) {
+      const int64_t size = t == 0 ? 30 : 20;
+      for (int64_t i = 0; i < size; ++i) {
+        ASSERT_EQ(k[r][t][static_cast<size_t>(i)], int32_t(1000 + 2 * i * size)) << "ints " << t << "[" << i << "]";
+      }
+    }
+    EXPECT_EQ(bc[r], (std::vector<float>{7.0f, 8.0f})) << "rank 1's";
+  }
+  // 0.25 * (rank 0's + rank 1's) row by row: rows 0, 1 to rank 0, rows 2, 3 to rank 1
+  EXPECT_EQ(rsOut[0], (std::vector<float>{0.25f * (1 + 2), 0.25f * (2 + 3)}));
+  EXPECT_EQ(rsOut[1], (std::vector<float>{0.25f * (3 + 4), 0.25f * (4 + 5)}));
+}
+
 TEST(NcclExecutor, JoinedRankTakesPartWithZeros) {
   constexpr int n = 2;
   Ranks ranks(n);

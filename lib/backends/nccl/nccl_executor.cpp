@@ -415,6 +415,12 @@ class NcclExecutor final : public DeviceExecutor {
   uint64_t queued() const override { return queued_; }
   std::shared_ptr<DeviceEnd> lastEnd() const override { return lastEnd_; }
 
+  void beginCycle() override { inCycle_ = true; }
+  void endCycle() override {
+    inCycle_ = false;
+    guarded([&] { launch(); });
+  }
+
   void allreduce(const std::vector<Request *> &requests, const Response &response,
                  int contributors) override {
     guarded([&] { runAllreduce(requests, response, contributors); });
@@ -445,6 +451,7 @@ class NcclExecutor final : public DeviceExecutor {
   }
 
   void drain(double seconds) override {
+    if (!staged_.empty()) guarded([&] { launch(); });
     const auto end = Clock::now() + std::chrono::nanoseconds(static_cast<int64_t>(seconds * 1e9));
     while (poll() < queued_) {
       if (Clock::now() > end) {
@@ -464,6 +471,25 @@ class NcclExecutor final : public DeviceExecutor {
     gpu::EventRef event;
     Clock::time_point queuedAt;
     std::string what;  // "allreduce 'grad'"
+  };
+
+  // An op whose copies in (packing, prescaling, zeroed stand-ins) are queued and whose NCCL calls
+  // wait for the cycle's one group: every op of a cycle (between beginCycle and endCycle; an op
+  // outside one is a cycle of its own) goes to NCCL in one ncclGroupStart..End, one launch, and
+  // each op's copies out and scaling follow the group, then its end event. Its ticket and event
+  // are taken when it is staged, so that the engine can note both at once; the event is recorded
+  // (and the completion thread told of it) only once the group is launched.
+  struct StagedCall {
+    std::function<int()> run;  // the NCCL call; its result goes to GroupCalls::add
+    const char *what;
+  };
+  struct StagedOp {
+    std::vector<StagedCall> calls;
+    std::function<void()> after;          // copies out, postscale: queued after the group
+    std::shared_ptr<PreMulSum> premul;    // its reduction operator, destroyed after the group
+    std::string what;
+    uint64_t ticket = 0;
+    gpu::EventRef event;
   };
 
   template <typename F>
@@ -532,18 +558,39 @@ class NcclExecutor final : public DeviceExecutor {
     }
   }
 
-  // Queues the op's end: an event from the pool, which the completion thread watches (it wakes
-  // the engine) and poll() asks; scratch is released in stream order.
-  void end(std::string what) {
-    gpu::EventRef event = completions_.take();
-    api_.recordEvent(event.get(), stream_);
-    const uint64_t ticket = queued_ + 1;
-    queued_ = ticket;
+  // Stages the op (its ticket and end event taken now); outside a cycle, launches it at once.
+  void commit(StagedOp op) {
+    op.ticket = ++queued_;
+    op.event = completions_.take();
+    lastEnd_ = std::make_shared<EventEnd>(api_, op.event);
+    staged_.push_back(std::move(op));
+    if (!inCycle_) launch();
+  }
+
+  // The staged ops' NCCL calls in one group, then each op's copies out and its end: an event
+  // from the pool, which the completion thread watches (it wakes the engine) and poll() asks.
+  // Scratch is released in stream order after all of it.
+  void launch() {
+    if (staged_.empty()) return;
+    std::vector<StagedOp> ops;
+    ops.swap(staged_);
+    fusionUsed_ = 0;
+    {
+      WideAffinity wide(firstOp_);  // NCCL connects lazily at a communicator's first op (threads too)
+      GroupCalls group(api_, comm_);
+      for (StagedOp &op : ops) {
+        for (const StagedCall &c : op.calls) group.add(c.run(), c.what);
+      }
+      group.close();
+    }
+    for (StagedOp &op : ops) {
+      if (op.after) op.after();
+      api_.recordEvent(op.event.get(), stream_);
+      completions_.watch(op.ticket, op.event);
+      inFlight_.push_back(InFlight{op.ticket, std::move(op.event), Clock::now(), std::move(op.what)});
+    }
     for (void *p : scratch_) api_.release(p, stream_);
     scratch_.clear();
-    completions_.watch(ticket, event);
-    lastEnd_ = std::make_shared<EventEnd>(api_, event);
-    inFlight_.push_back(InFlight{ticket, std::move(event), Clock::now(), std::move(what)});
     firstOp_ = false;
   }
 
@@ -575,10 +622,9 @@ class NcclExecutor final : public DeviceExecutor {
     for (Request *r : requests) {
       for (const TensorArg &t : deviceTensors(*r)) tensors.push_back(t);
     }
-    WideAffinity wide(firstOp_);
-    std::unique_ptr<PreMulSum> premul;
-    if (plan.premulSum) premul = std::make_unique<PreMulSum>(api_, comm_, dtype, plan.premulFactor);
-    const gpu::RedOp op = premul ? premul->get() : static_cast<gpu::RedOp>(plan.op);
+    StagedOp staged;
+    if (plan.premulSum) staged.premul = std::make_shared<PreMulSum>(api_, comm_, dtype, plan.premulFactor);
+    const gpu::RedOp op = staged.premul ? staged.premul->get() : static_cast<gpu::RedOp>(plan.op);
 
     // Zero-copy fusion: tensors of at least HORA_CUDA_DIRECT_BYTES are reduced where they lie,
     // each its own call in the same NCCL group as the packed smaller ones (one launch); only the
@@ -621,40 +667,52 @@ class NcclExecutor final : public DeviceExecutor {
       api_.batchedCopy(pack, nullptr, stream_);  // writes only hora's buffer: no flag to read
       scale(buf, layout.elements, dtype, plan.kernelPrescale);
     }
-    {
-      GroupCalls group(api_, comm_);
-      if (!packed.empty()) {
-        group.add(api_.allReduce(buf, buf, static_cast<size_t>(layout.elements), dtype, op, comm_.get(), stream_),
-                  "ncclAllReduce (fused)");
-      }
-      for (size_t i : direct) {
-        const TensorArg &t = tensors[i];
-        group.add(api_.allReduce(t.in, t.out, static_cast<size_t>(t.numel), dtype, op, comm_.get(), stream_),
-                  "ncclAllReduce");
-      }
-      group.close();
-    }
-    for (size_t i : direct) scale(tensors[i].out, tensors[i].numel, dtype, plan.kernelPostscale);
     if (!packed.empty()) {
-      scale(buf, layout.elements, dtype, plan.kernelPostscale);
-      api_.batchedCopy(unpack, cancel_.device, stream_);
+      const size_t elements = static_cast<size_t>(layout.elements);
+      staged.calls.push_back({[this, buf, elements, dtype, op] {
+                                return api_.allReduce(buf, buf, elements, dtype, op, comm_.get(), stream_);
+                              },
+                              "ncclAllReduce (fused)"});
     }
-    end(detail::concat("allreduce '", agreed.name, "'", requests.size() > 1 ? " (fused)" : ""));
+    std::vector<TensorArg> alone;
+    for (size_t i : direct) alone.push_back(tensors[i]);
+    for (const TensorArg &t : alone) {
+      staged.calls.push_back({[this, t, dtype, op] {
+                                return api_.allReduce(t.in, t.out, static_cast<size_t>(t.numel), dtype, op,
+                                                      comm_.get(), stream_);
+                              },
+                              "ncclAllReduce"});
+    }
+    const double postscale = plan.kernelPostscale;
+    const int64_t packedElements = layout.elements;
+    staged.after = [this, alone = std::move(alone), unpack = std::move(unpack), buf, packedElements, dtype,
+                    postscale] {
+      for (const TensorArg &t : alone) scale(t.out, t.numel, dtype, postscale);
+      if (buf != nullptr) {
+        scale(buf, packedElements, dtype, postscale);
+        api_.batchedCopy(unpack, cancel_.device, stream_);
+      }
+    };
+    staged.what = detail::concat("allreduce '", agreed.name, "'", requests.size() > 1 ? " (fused)" : "");
+    commit(std::move(staged));
   }
 
   void runBroadcast(Request &request, const Response &response) {
     begin({&request});
     const size_t esize = dtypeSize(response.agreed.dtype);
     const std::vector<TensorArg> tensors = deviceTensors(request);
-    WideAffinity wide(firstOp_);
-    GroupCalls group(api_, comm_);
+    StagedOp staged;
+    const int root = response.agreed.root;
     for (const TensorArg &t : tensors) {
-      group.add(api_.broadcast(t.out, t.out, static_cast<size_t>(t.numel) * esize, response.agreed.root,
-                               comm_.get(), stream_),
-                "ncclBroadcast");
+      void *data = t.out;
+      const size_t bytes = static_cast<size_t>(t.numel) * esize;
+      staged.calls.push_back({[this, data, bytes, root] {
+                                return api_.broadcast(data, data, bytes, root, comm_.get(), stream_);
+                              },
+                              "ncclBroadcast"});
     }
-    group.close();
-    end(detail::concat("broadcast '", response.agreed.name, "'"));
+    staged.what = detail::concat("broadcast '", response.agreed.name, "'");
+    commit(std::move(staged));
   }
 
   // Every request of the group in one NCCL group: one launch for all of them.
@@ -687,26 +745,32 @@ class NcclExecutor final : public DeviceExecutor {
       c.in = static_cast<const char *>(deviceTensors(request).at(0).in);
       calls.push_back(std::move(c));
     }
-    WideAffinity wide(firstOp_);
-    GroupCalls group(api_, comm_);
+    StagedOp staged;
     for (const Call &c : calls) {
+      const char *in = c.in;
       if (c.plan.uniform) {
         if (c.blocks[0] > 0) {
-          group.add(api_.allGather(c.in, c.out, static_cast<size_t>(c.blocks[0]), comm_.get(), stream_),
-                    "ncclAllGather");
+          char *out = c.out;
+          const size_t bytes = static_cast<size_t>(c.blocks[0]);
+          staged.calls.push_back({[this, in, out, bytes] { return api_.allGather(in, out, bytes, comm_.get(), stream_); },
+                                  "ncclAllGather"});
         }
         continue;
       }
       for (size_t r = 0; r < n; ++r) {
         if (c.blocks[r] == 0) continue;
-        group.add(api_.broadcast(c.in, c.out + c.plan.offsets[r], static_cast<size_t>(c.blocks[r]),
-                                 static_cast<int>(r), comm_.get(), stream_),
-                  "ncclBroadcast (allgather with uneven blocks)");
+        char *out = c.out + c.plan.offsets[r];
+        const size_t bytes = static_cast<size_t>(c.blocks[r]);
+        const int root = static_cast<int>(r);
+        staged.calls.push_back({[this, in, out, bytes, root] {
+                                  return api_.broadcast(in, out, bytes, root, comm_.get(), stream_);
+                                },
+                                "ncclBroadcast (allgather with uneven blocks)"});
       }
     }
-    group.close();
-    end(detail::concat("allgather '", responses.front()->agreed.name, "'",
-                       requests.size() > 1 ? detail::concat(" and ", requests.size() - 1, " more") : ""));
+    staged.what = detail::concat("allgather '", responses.front()->agreed.name, "'",
+                                 requests.size() > 1 ? detail::concat(" and ", requests.size() - 1, " more") : "");
+    commit(std::move(staged));
   }
 
   void runAlltoall(Request &request, const Response &response) {
@@ -730,20 +794,24 @@ class NcclExecutor final : public DeviceExecutor {
     char *out = static_cast<char *>(deviceOutput(request, outShape, static_cast<size_t>(total)));
     const char *in = static_cast<const char *>(deviceTensors(request).at(0).in);
     copy(out + plan.selfRecvOffset, in + plan.selfSendOffset, static_cast<size_t>(plan.selfBytes));
-    WideAffinity wide(firstOp_);
-    GroupCalls group(api_, comm_);
+    StagedOp staged;
     for (const Transfer &t : plan.transfers) {
+      const int peer = t.peer;
       if (t.sendBytes > 0) {
-        group.add(api_.send(in + t.sendOffset, static_cast<size_t>(t.sendBytes), t.peer, comm_.get(), stream_),
-                  "ncclSend (alltoall)");
+        const char *from = in + t.sendOffset;
+        const size_t bytes = static_cast<size_t>(t.sendBytes);
+        staged.calls.push_back({[this, from, bytes, peer] { return api_.send(from, bytes, peer, comm_.get(), stream_); },
+                                "ncclSend (alltoall)"});
       }
       if (t.recvBytes > 0) {
-        group.add(api_.recv(out + t.recvOffset, static_cast<size_t>(t.recvBytes), t.peer, comm_.get(), stream_),
-                  "ncclRecv (alltoall)");
+        char *to = out + t.recvOffset;
+        const size_t bytes = static_cast<size_t>(t.recvBytes);
+        staged.calls.push_back({[this, to, bytes, peer] { return api_.recv(to, bytes, peer, comm_.get(), stream_); },
+                                "ncclRecv (alltoall)"});
       }
     }
-    group.close();
-    end(detail::concat("alltoall '", response.agreed.name, "'"));
+    staged.what = detail::concat("alltoall '", response.agreed.name, "'");
+    commit(std::move(staged));
   }
 
   // Every request of the group in one NCCL group; prescaled inputs go through scratch, so the
@@ -790,34 +858,42 @@ class NcclExecutor final : public DeviceExecutor {
       c.split = planReducescatter(c.counts);
       calls.push_back(std::move(c));
     }
-    WideAffinity wide(firstOp_);
-    std::unique_ptr<PreMulSum> premul;
-    if (plan.premulSum) premul = std::make_unique<PreMulSum>(api_, comm_, dtype, plan.premulFactor);
-    const gpu::RedOp op = premul ? premul->get() : static_cast<gpu::RedOp>(plan.op);
-    {
-      GroupCalls group(api_, comm_);
-      for (const Call &c : calls) {
-        if (c.split.uniform) {
-          if (c.counts[0] > 0) {
-            group.add(api_.reduceScatter(c.in, c.out, static_cast<size_t>(c.counts[0]), dtype, op,
-                                         comm_.get(), stream_),
-                      "ncclReduceScatter");
-          }
-          continue;
+    StagedOp staged;
+    if (plan.premulSum) staged.premul = std::make_shared<PreMulSum>(api_, comm_, dtype, plan.premulFactor);
+    const gpu::RedOp op = staged.premul ? staged.premul->get() : static_cast<gpu::RedOp>(plan.op);
+    std::vector<std::pair<char *, int64_t>> outputs;  // each call's output and its elements, to postscale
+    for (const Call &c : calls) {
+      const char *in = c.in;
+      char *out = c.out;
+      outputs.emplace_back(out, c.counts[me]);
+      if (c.split.uniform) {
+        if (c.counts[0] > 0) {
+          const size_t count = static_cast<size_t>(c.counts[0]);
+          staged.calls.push_back({[this, in, out, count, dtype, op] {
+                                    return api_.reduceScatter(in, out, count, dtype, op, comm_.get(), stream_);
+                                  },
+                                  "ncclReduceScatter"});
         }
-        for (size_t r = 0; r < n; ++r) {
-          if (c.counts[r] == 0) continue;
-          group.add(api_.reduce(c.in + c.split.offsets[r] * static_cast<int64_t>(esize), c.out,
-                                static_cast<size_t>(c.counts[r]), dtype, op, static_cast<int>(r),
-                                comm_.get(), stream_),
-                    "ncclReduce (reducescatter with uneven blocks)");
-        }
+        continue;
       }
-      group.close();
+      for (size_t r = 0; r < n; ++r) {
+        if (c.counts[r] == 0) continue;
+        const char *from = in + c.split.offsets[r] * static_cast<int64_t>(esize);
+        const size_t count = static_cast<size_t>(c.counts[r]);
+        const int root = static_cast<int>(r);
+        staged.calls.push_back({[this, from, out, count, dtype, op, root] {
+                                  return api_.reduce(from, out, count, dtype, op, root, comm_.get(), stream_);
+                                },
+                                "ncclReduce (reducescatter with uneven blocks)"});
+      }
     }
-    for (const Call &c : calls) scale(c.out, c.counts[me], dtype, plan.kernelPostscale);
-    end(detail::concat("reducescatter '", agreed.name, "'",
-                       requests.size() > 1 ? detail::concat(" and ", requests.size() - 1, " more") : ""));
+    const double postscale = plan.kernelPostscale;
+    staged.after = [this, outputs = std::move(outputs), dtype, postscale] {
+      for (const auto &o : outputs) scale(o.first, o.second, dtype, postscale);
+    };
+    staged.what = detail::concat("reducescatter '", agreed.name, "'",
+                                 requests.size() > 1 ? detail::concat(" and ", requests.size() - 1, " more") : "");
+    commit(std::move(staged));
   }
 
   static int64_t rowElements(const Shape &shape) {
@@ -867,17 +943,30 @@ class NcclExecutor final : public DeviceExecutor {
     return data;
   }
 
-  // Grows in 16 MiB steps, and only grows; the old buffer is released in stream order.
-  // Room for `bytes` of packed tensors, in stream order after the work queued so far.
+  // Room for `bytes` of packed tensors, in stream order after the work queued so far: the
+  // registered buffer, or stream-ordered memory that grows in 16 MiB steps (and only grows; the
+  // old buffer is released in stream order); scratch where the cycle's fused ops overflow it.
   void *fusion(size_t bytes) {
     if (!fusionTried_) {
       fusionTried_ = true;
       allocateFusionBuffer();
     }
+    // Several fused ops in one cycle (one NCCL group) each take their own part of the buffer.
+    const size_t at = fusionUsed_;
+    const size_t taken = (bytes + kFusionAlign - 1) / kFusionAlign * kFusionAlign;
     if (fusionMemory_.data != nullptr) {
-      return bytes <= fusionMemory_.bytes ? fusionMemory_.data : scratch(bytes);
+      if (at + bytes > fusionMemory_.bytes) return scratch(bytes);
+      fusionUsed_ += taken;
+      return static_cast<char *>(fusionMemory_.data) + at;
     }
-    // No NCCL memory: stream-ordered, grown in 16 MiB steps, never shrunk.
+    // No NCCL memory: stream-ordered, grown in 16 MiB steps (by the cycle's first fused op only:
+    // a buffer an op of this cycle packed into stays), never shrunk.
+    if (at > 0) {
+      if (at + bytes > fusionBytes_) return scratch(bytes);
+      fusionUsed_ += taken;
+      return static_cast<char *>(fusion_) + at;
+    }
+    fusionUsed_ = taken;
     if (fusion_ == nullptr || fusionBytes_ < bytes) {
       constexpr size_t kStep = size_t{16} << 20;
       const size_t size = (bytes + kStep - 1) / kStep * kStep;
@@ -934,7 +1023,11 @@ class NcclExecutor final : public DeviceExecutor {
   std::deque<InFlight> inFlight_;
   std::shared_ptr<DeviceEnd> lastEnd_;  // the last op's, for stream-ordered waits
   gpu::EventHandle reclaimEvent_ = nullptr;
-  std::vector<void *> scratch_;  // this op's
+  std::vector<void *> scratch_;  // the staged ops', released once they are launched
+  std::vector<StagedOp> staged_;  // waiting for the cycle's group
+  bool inCycle_ = false;          // between beginCycle and endCycle
+  size_t fusionUsed_ = 0;         // of the fusion buffer, by the staged ops
+  static constexpr size_t kFusionAlign = 256;
   // The fusion buffer: ncclMemAlloc'ed once, HORA_FUSION_THRESHOLD bytes, registered with the
   // communicator (packed bytes beyond it, a grouped allreduce's, go through scratch); where NCCL
   // cannot allocate it, stream-ordered memory that grows as needed (fusion_).
@@ -999,6 +1092,8 @@ class OwnedExecutor final : public DeviceExecutor {
                      int contributors) override {
     inner_->reducescatter(requests, responses, contributors);
   }
+  void beginCycle() override { inner_->beginCycle(); }
+  void endCycle() override { inner_->endCycle(); }
   uint64_t queued() const override { return inner_->queued(); }
   std::shared_ptr<DeviceEnd> lastEnd() const override { return inner_->lastEnd(); }
   uint64_t poll() override { return inner_->poll(); }
