@@ -13,6 +13,15 @@
 
 namespace hora {
 
+// A communicator made ahead for a process set: split from the world's when the set was created
+// (DeviceExecutor::split), sharing its resources. The set's executor takes it, where every member
+// has one on the GPU it uses, instead of making one from scratch.
+class DeviceSeed {
+ public:
+  virtual ~DeviceSeed() = default;
+  virtual int device() const = 0;
+};
+
 // What the engine gives its device executor: how to wake the engine when device work finishes,
 // and how to learn that a peer is gone (so that a device op waiting for it fails at once rather
 // than at HORA_TIMEOUT_S).
@@ -20,6 +29,7 @@ struct DeviceHooks {
   std::function<void()> wake;              // any thread (a CUDA driver thread included); cheap
   std::function<std::string()> lostPeer;   // engine thread: "" or which rank is gone and why
   std::function<void(uint64_t)> finished;  // any thread: the work of tickets up to this one is done
+  std::shared_ptr<DeviceSeed> seed;        // the set's communicator made ahead, or null
 };
 
 // The end of one op's device work, as a stream-ordered wait sees it (an event of the
@@ -73,6 +83,13 @@ class DeviceExecutor {
   virtual void drain(double seconds) = 0;
   // Aborts the communicator (nothing queued writes a caller's tensor afterwards); idempotent.
   virtual void abort(const std::string &why) = 0;
+
+  // Collective over this executor's communicator (every rank of it calls it at the same response:
+  // a process set's creation): a communicator for the ranks that pass `member`, ranked by `key`,
+  // split from this one and sharing its resources (ncclCommSplit, splitShare = 1), for the set's
+  // executor (DeviceHooks::seed). nullptr for a non-member, or where the split failed without
+  // harming this communicator (the set then makes its own). Throws as poll() does where it did.
+  virtual std::shared_ptr<DeviceSeed> split(bool member, int key) = 0;
 };
 
 }  // namespace hora

@@ -320,7 +320,7 @@ void Engine::worldStopped() {
   }
 }
 
-void Engine::runSetOp(Request *request, const Response &response) {
+void Engine::runSetOp(Request *request, const Response &response, DeviceExecutor *worldDevice) {
   const std::vector<int64_t> &args = response.agreed.splits;
   if (response.agreed.op == OpType::kProcessSetCreate) {
     const std::vector<int> ranks(args.begin(), args.end());
@@ -340,11 +340,19 @@ void Engine::runSetOp(Request *request, const Response &response) {
       FormingScope forming("process set " + std::to_string(id));
       group = bootstrap_->createGroup(*worldGroup_, ranks);
     }
+    // Where the world has an NCCL communicator, the set's is split from it now (collective over
+    // the world, as this response is), sharing its resources, instead of made from scratch at
+    // the set's first CUDA op.
+    std::shared_ptr<DeviceSeed> seed;
+    if (worldDevice != nullptr) {
+      FormingScope forming("process set " + std::to_string(id));
+      seed = worldDevice->split(group != nullptr, group ? group->rank() : 0);
+    }
     SetInfo info;
     info.ranks = ranks;
     if (group) {
       Group *g = group.release();
-      auto setup = [this, g, id]() {
+      auto setup = [this, g, id, seed]() mutable {
         FormingScope forming("process set " + std::to_string(id));
         SetEngine::Parts parts;
         parts.group.reset(g);
@@ -354,6 +362,7 @@ void Engine::runSetOp(Request *request, const Response &response) {
         parts.localRank = topology_.localRank;
         parts.timeline = timeline_.get();
         parts.flight = flight_.get();
+        parts.deviceSeed = std::move(seed);
         return parts;
       };
       info.engine = SetEngine::start(id, knobs_, setup, nullptr);

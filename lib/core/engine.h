@@ -59,7 +59,7 @@ class Engine final : private SetOpHandler {
 
  private:
   Engine(const Knobs &knobs, std::shared_ptr<Fabric> fabric);
-  void runSetOp(Request *request, const Response &response) override;
+  void runSetOp(Request *request, const Response &response, DeviceExecutor *worldDevice) override;
   void worldStopped() override;
   // Asks every set to stop (sets, then the world) and waits for each, bounded by `limit` if set.
   bool stopAll(const std::chrono::milliseconds *limit);

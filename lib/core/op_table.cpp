@@ -23,7 +23,7 @@ void cpuJoin(const OpRun &r) { r.requests.front()->result = r.members.front()->f
 void cpuSetOp(const OpRun &r) {
   const Response &first = *r.members.front();
   HORA_ENFORCE(r.handler != nullptr, opTypeName(first.agreed.op), " outside the world set");
-  r.handler->runSetOp(r.requests.front(), first);
+  r.handler->runSetOp(r.requests.front(), first, r.device);
 }
 
 void gpuAllreduce(const OpRun &r) {

@@ -22,7 +22,8 @@ struct OpRun {
   const std::vector<Request *> &requests;  // stand-ins where this rank joined
   const std::vector<const Response *> &members;
   Executor *cpu;            // CPU tensors' executor
-  DeviceExecutor *device;   // CUDA tensors' executor (null for CPU tensors)
+  DeviceExecutor *device;   // CUDA tensors' executor; for CPU tensors null, for the set ops the
+                            // world's (null before its first CUDA op)
   SetOpHandler *handler;    // the world set's runtime (null in a process set)
   int contributors;         // ranks with data: the set's size minus joined ranks
 };

@@ -474,7 +474,7 @@ void SetEngine::execute(const std::vector<const Response *> &responses) {
           HORA_THROW(HORA_ERR_UNSUPPORTED, spec.name, " '", first.agreed.name, "': backend ",
                      backendName_, " of process set ", id_, " does not run it");
         }
-        spec.runCpu(OpRun{requests, members, executor_.get(), nullptr, handler_,
+        spec.runCpu(OpRun{requests, members, executor_.get(), device_.get(), handler_,
                           contributors(first)});
       } catch (const Error &e) {
         if (blastRadius(e.status()) != BlastRadius::kThisOp) throw;
@@ -542,6 +542,7 @@ void SetEngine::executeOnDevice(const std::vector<Request *> &requests,
     // The end of this set's device work gives the GPU's turn back, even while this engine waits
     // in a negotiation (the turn outlives the executor: the process's, or the test's).
     hooks.finished = [turn = turn_, id = id_](uint64_t ticket) { turn->finished(id, ticket); };
+    hooks.seed = std::move(parts_.deviceSeed);
     FormingScope forming("process set " + std::to_string(id_));
     formingPhase(*parts_.group, "starting NCCL on cuda:" + std::to_string(device), [&] {
       device_ = parts_.fabric->deviceExecutor(parts_.group->control(), device, std::move(hooks));

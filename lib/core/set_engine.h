@@ -31,8 +31,9 @@ namespace hora {
 class SetOpHandler {
  public:
   virtual ~SetOpHandler() = default;
-  // `request` is null on a rank that has joined.
-  virtual void runSetOp(Request *request, const Response &response) = 0;
+  // `request` is null on a rank that has joined. `worldDevice`: the world set's device executor,
+  // null before its first CUDA op (a new set's communicator is split from it).
+  virtual void runSetOp(Request *request, const Response &response, DeviceExecutor *worldDevice) = 0;
   // The world set's engine stopped (shutdown, a peer's shutdown, or a fatal error): nothing may
   // outlive it. Called where the world set's cycle ran; must not block.
   virtual void worldStopped() = 0;
@@ -53,6 +54,7 @@ class SetEngine {
     Timeline *timeline = nullptr;  // the runtime's, recorded in while it is active
     FlightRecorder *flight = nullptr;  // the runtime's, always recording (unless off)
     DeviceTurn *turn = nullptr;  // the GPU's turn among this process's sets (null: the process's)
+    std::shared_ptr<DeviceSeed> deviceSeed;  // the set's NCCL communicator split from the world's
   };
   // Starts the thread, which runs `setup` to get its group and backend, and returns once that is
   // done. Throws Error with the status setup failed with.

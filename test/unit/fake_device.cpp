@@ -179,6 +179,7 @@ struct RankState {
   int active = 0;        // workers inside an op of it now
   std::vector<PendingCall> launching;  // a launch that returned kNcclInProgress, not yet queued
   int launchPolls = 0;                 // commAsyncError calls until it is
+  uint64_t nextSplit = 0;              // the next commSplit of this rank's on the communicator
 };
 
 // A communicator: what its ranks share. Its mutex guards everything in it.
@@ -192,6 +193,7 @@ struct CommGroup {
   std::vector<RankState> ranks;
   std::map<uint64_t, Slot> slots;
   std::map<std::pair<int, int>, std::deque<std::shared_ptr<SendPost>>> channels;  // (from, to)
+  std::map<uint64_t, std::vector<std::pair<int, int>>> splits;  // each split's (color, key) per rank
 
   bool gone(int r) const { return ranks[r].aborted || ranks[r].destroyed; }
 };
@@ -446,7 +448,7 @@ thread_local std::map<uint64_t, GroupState> tGroups;
 
 const std::set<std::string> &ncclCalls() {
   static const std::set<std::string> names = {
-      "commInit", "commAsyncError", "commFinalize", "commDestroy", "commAbort", "createPreMulSum",
+      "commInit", "commSplit", "commAsyncError", "commFinalize", "commDestroy", "commAbort", "createPreMulSum",
       "destroyRedOp", "groupStart", "groupEnd", "allReduce", "broadcast", "allGather",
       "reduceScatter", "reduce", "send", "recv", "memAlloc", "memFree", "commRegister",
       "commDeregister"};
@@ -1187,6 +1189,53 @@ int FakeDevice::commInit(gpu::CommHandle *comm, const std::string &uniqueId, int
     g->ranks[static_cast<size_t>(rank)].lastError = "injected by FakeDevice::failAsync";
     pendingAsync_ = 0;
   }
+  comms_.insert(c);
+  *comm = c;
+  return gpu::kNcclInProgress;
+}
+
+int FakeDevice::commSplit(gpu::CommHandle parent, int color, int key, gpu::CommHandle *comm,
+                          int maxCTAs) noexcept {
+  log(detail::concat("commSplit color=", color, " key=", key, " maxCTAs=", maxCTAs));
+  if (comm == nullptr) return kNcclInvalidArgument;
+  *comm = nullptr;
+  int result;
+  if (injectedFailure("commSplit", &result)) return result;
+  Comm *p = this->comm(parent, "commSplit");
+  if (p == nullptr) return kNcclInvalidArgument;
+  CommGroup &g = *p->group;
+  constexpr int kNotPosted = -2;
+  uint64_t seq = 0;
+  std::vector<std::pair<int, int>> posts;
+  {
+    std::unique_lock<std::mutex> lock(g.mutex);
+    seq = g.ranks[static_cast<size_t>(p->rank)].nextSplit++;
+    std::vector<std::pair<int, int>> &mine = g.splits[seq];
+    if (mine.empty()) mine.assign(static_cast<size_t>(g.size), {kNotPosted, 0});
+    mine[static_cast<size_t>(p->rank)] = {color < 0 ? gpu::kSplitNoColor : color, key};
+    g.cv.notify_all();
+    const bool all = g.cv.wait_for(lock, std::chrono::seconds(20), [&] {
+      const std::vector<std::pair<int, int>> &v = g.splits[seq];
+      return std::none_of(v.begin(), v.end(), [](const std::pair<int, int> &e) { return e.first == kNotPosted; });
+    });
+    if (!all) return kNcclInvalidUsage;  // a rank of the parent never took part
+    posts = g.splits[seq];
+  }
+  if (color < 0) return gpu::kNcclSuccess;
+  std::vector<int> members;  // ranked by key, then by rank in the parent
+  for (int r = 0; r < g.size; ++r) {
+    if (posts[static_cast<size_t>(r)].first == color) members.push_back(r);
+  }
+  std::stable_sort(members.begin(), members.end(), [&](int a, int b) {
+    return posts[static_cast<size_t>(a)].second < posts[static_cast<size_t>(b)].second;
+  });
+  const int size = static_cast<int>(members.size());
+  const int rank = static_cast<int>(std::find(members.begin(), members.end(), p->rank) - members.begin());
+  std::shared_ptr<CommGroup> child =
+      cluster_.join(detail::concat(g.id, "/split", seq, "/color", color), size, rank, &result);
+  if (child == nullptr) return result;
+  auto *c = new Comm{child, rank, p->device, {}, kNumBuiltinOps};
+  std::lock_guard<std::mutex> lock(mutex_);
   comms_.insert(c);
   *comm = c;
   return gpu::kNcclInProgress;

@@ -176,6 +176,9 @@ class FakeDevice final : public gpu::DeviceApi {
   std::string uniqueId() override;
   int commInit(gpu::CommHandle *comm, const std::string &uniqueId, int size, int rank,
                int maxCTAs) noexcept override;
+  // Every rank of the parent posts its (color, key) and waits (at most 20 s) for the others';
+  // members then join the child, which settles like commInit's.
+  int commSplit(gpu::CommHandle parent, int color, int key, gpu::CommHandle *comm, int maxCTAs) noexcept override;
   int commAsyncError(gpu::CommHandle comm, int *state) noexcept override;
   std::string commLastError(gpu::CommHandle comm) noexcept override;
   int commFinalize(gpu::CommHandle comm) noexcept override;

@@ -552,6 +552,62 @@ TEST(NcclExecutor, OneCycleIsOneNcclGroup) {
   EXPECT_EQ(rsOut[1], (std::vector<float>{0.25f * (3 + 4), 0.25f * (4 + 5)}));
 }
 
+// A process set's communicator is split from the world's (ncclCommSplit, every world rank taking
+// part, non-members without a color) and taken by the set's executor: no unique id, no init. Where
+// one member has none, every member drops its split and makes a new communicator instead.
+TEST(NcclExecutor, ProcessSetCommunicatorIsSplitFromTheWorlds) {
+  constexpr int n = 3;
+  const std::vector<int> members = {2, 0};  // set rank 0 is world rank 2, set rank 1 world rank 0
+  for (const bool everyMemberHasOne : {true, false}) {
+    Ranks world(n);
+    world.start();
+    std::vector<std::shared_ptr<DeviceSeed>> seeds(n);
+    runRanks(n, [&](int r) {
+      world.dev(r).clearCalls();
+      const auto it = std::find(members.begin(), members.end(), r);
+      const bool member = it != members.end();
+      seeds[static_cast<size_t>(r)] = world.ex(r).split(member, member ? static_cast<int>(it - members.begin()) : 0);
+      EXPECT_EQ(seeds[static_cast<size_t>(r)] != nullptr, member) << "rank " << r;
+      EXPECT_EQ(world.dev(r).count("commSplit"), 1) << "every world rank takes part";
+      EXPECT_EQ(world.dev(r).count(member ? "commSplit color=0" : "commSplit color=-1"), 1);
+    });
+    if (!everyMemberHasOne) seeds[0].reset();  // world rank 0 (set rank 1) has none
+    ThreadGroup setGroup(2);
+    std::vector<std::unique_ptr<DeviceExecutor>> set(2);
+    std::vector<std::vector<float>> data(2);
+    runRanks(2, [&](int s) {
+      const int r = members[static_cast<size_t>(s)];
+      ThreadControlPlane control(setGroup, s);
+      DeviceHooks hooks;
+      hooks.seed = seeds[static_cast<size_t>(r)];
+      seeds[static_cast<size_t>(r)].reset();
+      const int initsBefore = world.dev(r).count("commInit");
+      set[static_cast<size_t>(s)] = createNcclExecutor(world.dev(r), control, r, 20.0, std::move(hooks));
+      EXPECT_EQ(world.dev(r).count("commInit") - initsBefore, everyMemberHasOne ? 0 : 1)
+          << "world rank " << r << ": the split taken, or a communicator of the set's own";
+      data[static_cast<size_t>(s)] = {1.0f + r, 10.0f * (r + 1)};
+      RequestMsg m = message("set", OpType::kAllreduce, DType::kFloat32, r, {{2}});
+      Request q(m, 0, {TensorArg{data[static_cast<size_t>(s)].data(), data[static_cast<size_t>(s)].data(), 2}});
+      set[static_cast<size_t>(s)]->allreduce({&q}, responseFor(m), 2);
+      waitFor(*set[static_cast<size_t>(s)], 1);
+    });
+    for (int s = 0; s < 2; ++s) {  // world ranks 2 and 0: (1 + 2) + (1 + 0), 10 * 3 + 10 * 1
+      EXPECT_EQ(data[static_cast<size_t>(s)], (std::vector<float>{4.0f, 40.0f})) << everyMemberHasOne;
+    }
+    // The world's communicator is as it was.
+    std::vector<std::vector<int32_t>> w(n);
+    runRanks(n, [&](int r) {
+      w[static_cast<size_t>(r)] = {r};
+      RequestMsg m = message("world", OpType::kAllreduce, DType::kInt32, r, {{1}});
+      Request q(m, 0, {TensorArg{w[static_cast<size_t>(r)].data(), w[static_cast<size_t>(r)].data(), 1}});
+      world.ex(r).allreduce({&q}, responseFor(m), n);
+      waitFor(world.ex(r), 1);
+    });
+    for (int r = 0; r < n; ++r) EXPECT_EQ(w[static_cast<size_t>(r)], std::vector<int32_t>{0 + 1 + 2});
+    runRanks(2, [&](int s) { set[static_cast<size_t>(s)].reset(); });  // finalized together
+  }
+}
+
 TEST(NcclExecutor, JoinedRankTakesPartWithZeros) {
   constexpr int n = 2;
   Ranks ranks(n);

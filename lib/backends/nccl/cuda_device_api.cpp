@@ -303,6 +303,19 @@ class CudaDeviceApi final : public DeviceApi {
     return r;
   }
 
+  int commSplit(CommHandle parent, int color, int key, CommHandle *comm, int maxCTAs) noexcept override {
+    *comm = nullptr;
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    config.splitShare = 1;
+    if (maxCTAs > 0) config.maxCTAs = maxCTAs;
+    ncclComm_t c = nullptr;
+    const ncclResult_t r = ncclCommSplit(ncclCommOf(parent), color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &c,
+                                         &config);
+    *comm = c;
+    return r;
+  }
+
   int commAsyncError(CommHandle comm, int *state) noexcept override {
     ncclResult_t s = ncclSuccess;
     const ncclResult_t r = ncclCommGetAsyncError(ncclCommOf(comm), &s);

@@ -26,6 +26,7 @@ using CommHandle = void *;
 // static_asserts them); any other value is an error, described by ncclErrorString().
 constexpr int kNcclSuccess = 0;
 constexpr int kNcclInProgress = 7;
+constexpr int kSplitNoColor = -1;  // NCCL_SPLIT_NOCOLOR
 
 // A reduction as NCCL takes it: one of nccl_plan::NcclOp's values, or an operator made by
 // createPreMulSum() (ncclRedOp_t is an int-sized enum).
@@ -103,6 +104,10 @@ class DeviceApi {
   // NCCL made one (abort it then).
   virtual int commInit(CommHandle *comm, const std::string &uniqueId, int size, int rank,
                        int maxCTAs) noexcept = 0;
+  // ncclCommSplit of `parent` (collective over it) with splitShare = 1 (the child shares the
+  // parent's resources), non-blocking, maxCTAs as commInit's; color kSplitNoColor: this rank takes
+  // part but gets no communicator (*comm nullptr).
+  virtual int commSplit(CommHandle parent, int color, int key, CommHandle *comm, int maxCTAs) noexcept = 0;
   // ncclCommGetAsyncError: *state is kNcclSuccess, kNcclInProgress or an error.
   virtual int commAsyncError(CommHandle comm, int *state) noexcept = 0;
   // NCCL's last message about `comm`, "" if none.

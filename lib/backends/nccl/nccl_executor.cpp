@@ -139,6 +139,35 @@ class Comm {
     settle("creating the NCCL communicator", limitS, "HORA_NCCL_INIT_TIMEOUT_S", Settle::kNap);
   }
 
+  // Collective over this communicator, every rank at the same point: the communicator of the
+  // ranks that pass `member`, ranked by `key`, sharing this one's resources, or nullptr (a
+  // non-member, or a split NCCL refused: this communicator is then as it was). A failure while
+  // it settles is this communicator's: it is aborted and this throws.
+  gpu::CommHandle split(bool member, int key, int maxCTAs, double limitS) {
+    WideAffinity wide;
+    gpu::CommHandle child = nullptr;
+    const int r = api_.commSplit(comm_, member ? 0 : gpu::kSplitNoColor, key, &child, maxCTAs);
+    if (r != kNcclSuccess && r != kNcclInProgress) {
+      HORA_LOG(kWarning) << "ncclCommSplit on cuda:" << device_ << ": NCCL error " << api_.ncclErrorString(r)
+                         << lastError() << "; the process set makes a communicator of its own";
+      if (child != nullptr) abortBounded(api_, child, device_);
+      return nullptr;
+    }
+    settle("ncclCommSplit", limitS, "HORA_NCCL_INIT_TIMEOUT_S", Settle::kNap);
+    return child;
+  }
+
+  // Takes `child` (from split(), on this rank's device) as this communicator, once it settled.
+  void adopt(gpu::CommHandle child, double limitS) {
+    comm_ = child;
+    settle("creating the NCCL communicator by ncclCommSplit", limitS, "HORA_NCCL_INIT_TIMEOUT_S", Settle::kNap);
+  }
+  // Hands the communicator over to `other` (no call on it).
+  void moveTo(Comm &other) {
+    other.comm_ = comm_;
+    comm_ = nullptr;
+  }
+
   // Orderly when it can be: finalize (flushes outstanding work, collective with the peers, who
   // destroy theirs at the same response), then destroy; bounded (10 s at most), so that a peer
   // that is gone delays it only that long. Never throws.
@@ -263,6 +292,17 @@ class Comm {
   std::string brokenWhy_;
 };
 
+// A process set's communicator split from the world's (NcclExecutor::split), until the set's
+// executor takes it; one never taken is finalized where it is dropped (Comm's destructor).
+class NcclSeed final : public DeviceSeed {
+ public:
+  NcclSeed(gpu::DeviceApi &api, int device, int rank, double timeoutS, int maxCTAs)
+      : comm(api, device, rank, 0, timeoutS, nullptr), maxCTAs(maxCTAs) {}
+  int device() const override { return comm.device(); }
+  Comm comm;
+  const int maxCTAs;  // the world's agreed cap, which the split passed on
+};
+
 // A premultiplied-sum operator for one call, destroyed once the call is queued.
 class PreMulSum {
  public:
@@ -347,6 +387,7 @@ class NcclExecutor final : public DeviceExecutor {
     gpu::DeviceApi::CancelFlag cancel;
     std::shared_ptr<DeviceShare> share;  // this communicator's claim on the GPU
     int maxCTAs = 0;                     // agreed by every rank: 0 is NCCL's choice
+    std::shared_ptr<NcclSeed> seed;      // every rank has one: taken instead of a new communicator
   };
 
   NcclExecutor(gpu::DeviceApi &api, ControlPlane &control, int device, const NcclOptions &options,
@@ -360,9 +401,17 @@ class NcclExecutor final : public DeviceExecutor {
         share_(std::move(setup.share)),
         fusionLimit_(static_cast<size_t>(std::max<int64_t>(options.fusionBytes, 0))),
         directBytes_(options.directBytes),
+        maxCTAs_(setup.maxCTAs),
+        initTimeoutS_(options.initTimeoutS),
         completions_(api, device, gpu::Completions::Hooks{hooks_.wake, hooks_.finished}, kCompletionSpin),
         fusionMemory_(api),
         comm_(api, device, control.rank(), control.size(), options.timeoutS, setup.cancel.host) {
+    if (setup.seed != nullptr) {  // split from the world's when the set was made: no id, no init
+      setup.seed->comm.moveTo(comm_);
+      HORA_LOG(kInfo) << "NCCL " << api_.ncclVersion() << " communicator: rank " << comm_.rank() << " of "
+                      << comm_.size() << " on cuda:" << device << ", split from the world's (sharing its resources)";
+      return;
+    }
     std::string id;
     if (control.rank() == 0) {  // the id, or why there is none (nobody waits for an id that never comes)
       try {
@@ -464,6 +513,25 @@ class NcclExecutor final : public DeviceExecutor {
   }
 
   void abort(const std::string &why) override { comm_.abort(why); }
+
+  std::shared_ptr<DeviceSeed> split(bool member, int key) override {
+    std::shared_ptr<DeviceSeed> seed;
+    guarded([&] {
+      api_.setDevice(device_);
+      const gpu::CommHandle child = comm_.split(member, key, maxCTAs_, initTimeoutS_);
+      if (child == nullptr) return;
+      auto made = std::make_shared<NcclSeed>(api_, device_, key, comm_.timeoutS(), maxCTAs_);
+      try {
+        made->comm.adopt(child, initTimeoutS_);  // a failure aborts the child, not this one
+      } catch (const Error &e) {
+        HORA_LOG(kWarning) << "cuda:" << device_ << ": " << e.message()
+                           << "; the process set makes a communicator of its own";
+        return;
+      }
+      seed = std::move(made);
+    });
+    return seed;
+  }
 
  private:
   struct InFlight {
@@ -1033,6 +1101,8 @@ class NcclExecutor final : public DeviceExecutor {
   // cannot allocate it, stream-ordered memory that grows as needed (fusion_).
   const size_t fusionLimit_;
   const int64_t directBytes_;
+  const int maxCTAs_;         // agreed at setup; a split passes it on
+  const double initTimeoutS_;
   bool fusionTried_ = false;
   void *fusionRegistration_ = nullptr;
   void *fusion_ = nullptr;
@@ -1066,7 +1136,10 @@ class OwnedExecutor final : public DeviceExecutor {
  public:
   OwnedExecutor(gpu::DeviceApi &api, int device, NcclExecutor::Setup setup)
       : api_(api), device_(device), setup_(setup) {}
-  void agreed(const NcclExecutor::Setup &setup) { setup_.maxCTAs = setup.maxCTAs; }
+  void agreed(const NcclExecutor::Setup &setup) {
+    setup_.maxCTAs = setup.maxCTAs;
+    setup_.seed = setup.seed;
+  }
   ~OwnedExecutor() override {
     inner_.reset();
     try {
@@ -1099,6 +1172,7 @@ class OwnedExecutor final : public DeviceExecutor {
   uint64_t poll() override { return inner_->poll(); }
   void drain(double seconds) override { inner_->drain(seconds); }
   void abort(const std::string &why) override { inner_->abort(why); }
+  std::shared_ptr<DeviceSeed> split(bool member, int key) override { return inner_->split(member, key); }
 
  private:
   gpu::DeviceApi &api_;
@@ -1129,6 +1203,10 @@ std::unique_ptr<DeviceExecutor> createNcclExecutor(gpu::DeviceApi &api, ControlP
   // id, and on the CTA cap in the same AND.
   NcclExecutor::Setup setup;
   setup.share = std::make_shared<DeviceShare>(device);
+  // A communicator split from the world's when the set was made, taken only if every rank has
+  // one on the GPU it uses (agreed below); otherwise every rank drops it and makes a new one.
+  std::shared_ptr<NcclSeed> seed = std::dynamic_pointer_cast<NcclSeed>(hooks.seed);
+  hooks.seed.reset();
   std::string failure;
   int ctaShare = kMaxAgreedCtas;  // this GPU's, if a cap is agreed
   try {
@@ -1145,9 +1223,12 @@ std::unique_ptr<DeviceExecutor> createNcclExecutor(gpu::DeviceApi &api, ControlP
   auto owned = std::make_unique<OwnedExecutor>(api, device, setup);
   const int size = control.size(), rank = control.rank();
   // Words: one bit per rank (its setup worked); one bit "no rank shares its GPU"; the smallest
-  // share as a thermometer (bit i set for i < share: the AND keeps the smallest).
+  // share as a thermometer (bit i set for i < share: the AND keeps the smallest); one bit "every
+  // rank has a split communicator on its GPU".
   const size_t rankWords = static_cast<size_t>((size + 63) / 64), capWord = rankWords;
-  std::vector<uint64_t> ok(rankWords + 1 + kMaxAgreedCtas / 64, ~uint64_t{0});
+  const size_t seedWord = capWord + 1 + kMaxAgreedCtas / 64;
+  std::vector<uint64_t> ok(seedWord + 1, ~uint64_t{0});
+  if (seed == nullptr || seed->device() != device || seed->comm.get() == nullptr) ok[seedWord] = 0;
   if (!failure.empty()) ok[static_cast<size_t>(rank / 64)] &= ~(uint64_t{1} << (rank % 64));
   if (setup.share->before() > 0) ok[capWord] = 0;
   for (int i = ctaShare; i < kMaxAgreedCtas; ++i) {
@@ -1159,6 +1240,11 @@ std::unique_ptr<DeviceExecutor> createNcclExecutor(gpu::DeviceApi &api, ControlP
       setup.maxCTAs = i + 1;
     }
   }
+  if (ok[seedWord] != 0) {
+    setup.seed = std::move(seed);
+    setup.maxCTAs = setup.seed->maxCTAs;  // what the split passed on, alike on every rank
+  }
+  seed.reset();  // not taken: finalized here, by every member alike
   owned->agreed(setup);
   std::string failed;
   for (int r = 0; r < size; ++r) {
