@@ -186,8 +186,12 @@ TEST(NcclExecutor, CompletionIsByPooledEventsAndAStreamMayWaitForTheOp) {
     for (int k = 0; k < 40; ++k) {
       RequestMsg m = message("k" + std::to_string(k), OpType::kAllreduce, DType::kFloat32, r, {{64}});
       Request q(m, 0, {TensorArg{x[r].data(), x[r].data(), 64}});
+      const int wakes = ranks.wakes[r].load();
       ranks.ex(r).allreduce({&q}, responseFor(m), n);
       waitFor(ranks.ex(r), ranks.ex(r).queued());
+      // and the completion thread has let its event go (it does before it wakes the engine):
+      // otherwise, on a loaded machine, a lagging thread would hold events the next ops need
+      EXPECT_TRUE(eventually([&] { return ranks.wakes[r].load() > wakes; })) << "op " << k;
     }
   });
   for (int r = 0; r < n; ++r) {
