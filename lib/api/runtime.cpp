@@ -23,6 +23,7 @@ class DefaultFabric final : public Fabric {
     return createDeviceExecutor(control, device, std::move(hooks), knobs_);
   }
   int defaultDevice(int localRank) override { return defaultCudaDevice(localRank); }
+  std::shared_ptr<void> keepDeviceContext() override { return keepCudaContext(); }
 
  private:
   const Knobs knobs_;

@@ -151,6 +151,14 @@ std::unique_ptr<DeviceExecutor> createDeviceExecutor(ControlPlane &control, int 
 #endif
 }
 
+std::shared_ptr<void> keepCudaContext() {
+#if HORA_HAVE_NCCL
+  return gpu::cudaDeviceApi().keepContext();
+#else
+  return nullptr;
+#endif
+}
+
 int defaultCudaDevice(int localRank) {
 #if HORA_HAVE_NCCL
   return defaultCudaDevice(gpu::cudaDeviceApi(), localRank);

@@ -23,6 +23,8 @@ std::unique_ptr<DeviceExecutor> createDeviceExecutor(ControlPlane &control, int 
 // The GPU of a rank none of whose tensors named one: local rank modulo the visible GPUs. Throws
 // Error(HORA_ERR_BACKEND) without a GPU, Error(UNSUPPORTED) in a build without NCCL.
 int defaultCudaDevice(int localRank);
+// The calling thread's CUDA context, put back when the result is dropped (null without NCCL).
+std::shared_ptr<void> keepCudaContext();
 
 // A world of one: copies.
 std::unique_ptr<Backend> createSelfBackend();

@@ -185,7 +185,7 @@ void SetEngine::loop() {
                        Clock::now() + (device && !busy_.load() ? kDeviceCheck : idleBackoff), batchWindow);
     std::lock_guard<std::mutex> lock(cycleMutex_);
     if (!running_) return;  // a caller's cycle stopped the set
-    const Cycle done = runCycle(/*ownThread=*/true);
+    const Cycle done = runCycle(/*launches=*/true);
     if (done == Cycle::kStopped) return;
     if (done == Cycle::kAgreed) {
       idleBackoff = std::chrono::microseconds{0};
@@ -204,14 +204,20 @@ void SetEngine::drive(const Request &request) {
     struct sigaction current {};
     return socketFree_ || (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_IGN);
   };
-  if (callerCycles_ && cudaDevice_.load() < 0) {
+  if (callerCycles_) {
     std::unique_lock<std::mutex> lock(cycleMutex_, std::try_to_lock);
     if (lock.owns_lock() && running_ && sigpipeHarmless()) {
+      // A set with CUDA tensors on this rank launches its device work here too, in the round
+      // that agrees it, without handing it to the set's thread; the executor sets its device, so
+      // the caller's CUDA context is put back afterwards. (A set without them yet launches
+      // nothing on this thread: it does not offer for the GPU's turn.)
+      const bool device = cudaDevice_.load() >= 0 && parts_.fabric != nullptr;
+      std::shared_ptr<void> callerContext = device ? parts_.fabric->keepDeviceContext() : nullptr;
       Cycle done = Cycle::kAgreed;
-      while (done == Cycle::kAgreed && !request.done()) done = runCycle(/*ownThread=*/false);
-      // What is left (requests other ranks have not submitted yet, device ops) is the set's
-      // thread's, which may be asleep waiting for work; and a stopped set's thread is to end.
-      if (done == Cycle::kStopped || busy_.load()) queue_.kick();
+      while (done == Cycle::kAgreed && !request.done()) done = runCycle(/*launches=*/device);
+      // What is left (requests other ranks have not submitted yet, device ops in flight) is the
+      // set's thread's, which may be asleep waiting for work; and a stopped set's thread is to end.
+      if (done == Cycle::kStopped || busy_.load() || deviceBusy_.load()) queue_.kick();
       return;
     }
   }
@@ -248,14 +254,14 @@ void SetEngine::peerFailed(int rank, const std::string &what) {
   }
 }
 
-SetEngine::Cycle SetEngine::runCycle(bool ownThread) {
+SetEngine::Cycle SetEngine::runCycle(bool launches) {
   if (aborted_.raised()) {
     const Status why = aborted_.why();
     if (running_) fail(Error(why.code, why.message, __FILE__, __LINE__));
     return Cycle::kStopped;
   }
   try {
-    return cycle(ownThread);
+    return cycle(launches);
   } catch (const Error &e) {
     fail(e);
   } catch (const std::exception &e) {
@@ -294,7 +300,7 @@ void SetEngine::fail(const Error &e) {
   stop(why);
 }
 
-SetEngine::Cycle SetEngine::cycle(bool ownThread) {
+SetEngine::Cycle SetEngine::cycle(bool launches) {
   bool agreed = false;
   if (!deviceOps_.empty()) {
     const size_t before = deviceOps_.size();
@@ -319,14 +325,14 @@ SetEngine::Cycle SetEngine::cycle(bool ownThread) {
   }
 
   watch_->negotiating(++negotiations_);
-  // Device work runs only while this set holds the GPU's turn on every member (DeviceTurn); the
-  // set's own thread only, whose CUDA device the executor sets (a caller's is the caller's).
+  // Device work runs only while this set holds the GPU's turn on every member (DeviceTurn), on
+  // the set's own thread or a caller's whose CUDA context drive() keeps (`launches`).
   // Offered only with device work already agreed: every member has it, so every member is in this
   // round at once and the turn is held briefly (docs/gpu.md).
   // A set alone on its process's GPU offers whenever it has work pending: the round that agrees
   // device work then launches it (DeviceTurn::offerAlone).
   bool offered = false;
-  if (ownThread) {
+  if (launches) {
     offered = !awaiting_.empty() ? turn_->offer(id_)
                                  : !pending_.empty() && cudaDevice_.load() >= 0 && turn_->offerAlone(id_);
   }

@@ -74,9 +74,10 @@ class SetEngine {
   // work, runs the set's cycles on this thread until `request` is done or a cycle agrees on
   // nothing: the cycle the set's thread would run next, without the two context switches of
   // handing it over and back (about 2 us each on a VM), which made up a fifth of a batch of small
-  // allreduces. Otherwise (the set's thread is in a cycle, HORA_CALLER_CYCLES=off, a set
-  // negotiated through a network, CUDA tensors) flushes, as flush(). Leaves the rest to the
-  // set's thread.
+  // allreduces; device work agreed there is launched there too (the caller's CUDA context is put
+  // back afterwards). Otherwise (the set's thread is in a cycle, HORA_CALLER_CYCLES=off, a set
+  // negotiated through a network) flushes, as flush(). Leaves the rest (device work in flight
+  // included) to the set's thread.
   void drive(const Request &request);
   // Any thread: ask for the collective stop (every member stops in the same cycle; pending
   // requests complete with HORA_ERR_SHUT_DOWN) / wait for the thread to end.
@@ -112,10 +113,12 @@ class SetEngine {
   void loop();
   // One cycle (cycleMutex_ held, on any thread): takes the queue, negotiates, runs what was
   // agreed. A failure stops the set (stop()) as on its thread. kAgreed: something was agreed
-  // (or the queue had new requests); kStopped: the set stopped.
+  // (or the queue had new requests); kStopped: the set stopped. `launches`: the cycle may launch
+  // device work (it offers for the GPU's turn): the set's thread, or a caller's whose CUDA
+  // context drive() keeps.
   enum class Cycle { kNothing, kAgreed, kStopped };
-  Cycle runCycle(bool ownThread);
-  Cycle cycle(bool ownThread);
+  Cycle runCycle(bool launches);
+  Cycle cycle(bool launches);
   void fail(const Error &e);
   // Group::interrupt and Backend::interrupt, while the planes live (any thread).
   void interruptPlanes(const Status &why);

@@ -114,6 +114,9 @@ class Fabric {
                                                          DeviceHooks hooks) = 0;
   // The GPU of a rank none of whose tensors named one (it joined before its first CUDA op).
   virtual int defaultDevice(int localRank) = 0;
+  // The calling thread's GPU context, put back as it was when the result is dropped: a caller's
+  // thread that runs a set's cycles (SetEngine::drive) may launch its device work there.
+  virtual std::shared_ptr<void> keepDeviceContext() { return nullptr; }
 };
 
 }  // namespace hora

@@ -826,6 +826,19 @@ std::string FakeDevice::whyNoDevice() noexcept {
   return deviceCount_ > 0 ? std::string() : whyNoDevice_;
 }
 
+std::shared_ptr<void> FakeDevice::keepContext() noexcept {
+  log("keepContext");
+  const int saved = currentDevice();
+  const uint64_t serial = serial_;
+  return std::shared_ptr<void>(reinterpret_cast<void *>(uintptr_t{1}), [saved, serial](void *) {
+    if (saved < 0) {
+      tCurrentDevice.erase(serial);
+    } else {
+      tCurrentDevice[serial] = saved;
+    }
+  });
+}
+
 void FakeDevice::setDevice(int device) {
   log(detail::concat("setDevice ", device));
   maybeThrow("setDevice");

@@ -147,6 +147,7 @@ class FakeDevice final : public gpu::DeviceApi {
   int deviceCount() noexcept override;
   std::string whyNoDevice() noexcept override;
   void setDevice(int device) override;
+  std::shared_ptr<void> keepContext() noexcept override;
   int multiprocessors(int device) override;
   std::string kernelsRunOn(int device) noexcept override;
 

@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -107,6 +109,7 @@ class FakeFabric final : public Fabric {
     return createNcclExecutor(api_, control, device, timeoutS_, std::move(hooks));
   }
   int defaultDevice(int localRank) override { return defaultCudaDevice(api_, localRank); }
+  std::shared_ptr<void> keepDeviceContext() override { return api_.keepContext(); }
 
  private:
   gpu::DeviceApi &api_;
@@ -216,6 +219,115 @@ TEST(DeviceTurn, TwoSetsOnExclusiveGpusNeverDeadlock) {
 // Alone on its GPU, a set launches device work in the round that agrees it.
 TEST(DeviceTurn, ASetAloneLaunchesInTheRoundThatAgreesTheWork) {
   EXPECT_EQ(runSetsOnExclusiveGpus(1, 40), 0u);
+}
+
+// A bell for a set's engine (a waiting caller runs a set's cycles only where its engine has one):
+// rung by the queue, slept on with a condition variable.
+class CvBell final : public PeerBell {
+ public:
+  bool arm(uint32_t *ticket) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    *ticket = rings_;
+    return true;
+  }
+  void sleep(uint32_t ticket, std::chrono::nanoseconds limit) override {
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait_for(lock, limit, [&] { return rings_ != ticket; });
+  }
+  void ring() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ++rings_;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  uint32_t rings_ = 0;
+};
+
+// The world-of-one backend with a bell (the sets here move no CPU data).
+class BelledBackend final : public Backend {
+ public:
+  const char *name() const override { return inner_->name(); }
+  const BackendCaps &caps() const override { return inner_->caps(); }
+  void allreduce(const void *in, void *out, int64_t count, DType dtype, ReduceOp op) override {
+    inner_->allreduce(in, out, count, dtype, op);
+  }
+  void broadcast(void *buf, int64_t bytes, int root) override { inner_->broadcast(buf, bytes, root); }
+  void allgatherv(const void *in, void *out, const std::vector<int64_t> &bytesPerRank) override {
+    inner_->allgatherv(in, out, bytesPerRank);
+  }
+  void alltoallv(const void *in, const std::vector<int64_t> &sendBytes, void *out,
+                 const std::vector<int64_t> &recvBytes) override {
+    inner_->alltoallv(in, sendBytes, out, recvBytes);
+  }
+  void reducescatter(const void *in, void *out, const std::vector<int64_t> &counts, DType dtype,
+                     ReduceOp op) override {
+    inner_->reducescatter(in, out, counts, dtype, op);
+  }
+  PeerBell *peerBell() override { return &bell_; }
+
+ private:
+  std::unique_ptr<Backend> inner_ = createSelfBackend();
+  CvBell bell_;
+};
+
+// A caller waiting on a CUDA op (SetEngine::drive) runs the set's cycle itself and launches the
+// device work on its own thread, in the round that agrees it, with its CUDA context put back
+// afterwards. The set's threads wait a long batch window, so the callers' cycles come first.
+TEST(DeviceTurn, AWaitingCallerLaunchesDeviceWorkOnItsOwnThread) {
+  constexpr int kRanks = 2, kOps = 8;
+  test::FakeCluster cluster;
+  std::vector<std::unique_ptr<test::FakeDevice>> gpus;
+  std::vector<std::unique_ptr<DeviceTurn>> turns;
+  std::vector<std::unique_ptr<FakeFabric>> fabrics;
+  for (int r = 0; r < kRanks; ++r) {
+    gpus.push_back(std::make_unique<test::FakeDevice>(cluster, r, kRanks));
+    turns.push_back(std::make_unique<DeviceTurn>());
+    fabrics.push_back(std::make_unique<FakeFabric>(*gpus.back(), 30));
+  }
+  test::ThreadGroup group(kRanks);
+  Knobs knobs;
+  knobs.timeoutS = 30;
+  knobs.stallWarningS = 0;
+  knobs.cycleTimeMs = 300;  // the set's thread waits this long for more work before its cycle
+  std::vector<std::shared_ptr<SetEngine>> engines(kRanks);
+  test::runRanks(kRanks, [&](int r) {
+    engines[r] = SetEngine::start(1, knobs, [&, r] {
+      SetEngine::Parts parts;
+      parts.group = std::make_unique<ThreadGroupOfSet>(group, r);
+      parts.backend = std::make_unique<BelledBackend>();
+      parts.fabric = fabrics[r].get();
+      parts.localRank = r;
+      parts.turn = turns[r].get();
+      return parts;
+    }, nullptr);
+  });
+  std::vector<int> callerLaunches(kRanks, 0);
+  test::runRanks(kRanks, [&](int r) {
+    ASSERT_EQ(gpus[r]->currentDevice(), -1) << "this thread starts with no device";
+    for (int k = 0; k < kOps; ++k) {
+      std::vector<float> d(16, float(r + 1 + k));
+      RequestPtr req = allreduce("c" + std::to_string(k), 1, r, d);
+      engines[r]->submit(req);
+      engines[r]->drive(*req);
+      EXPECT_EQ(gpus[r]->currentDevice(), -1) << "op " << k << ": the caller's context is put back";
+      ASSERT_TRUE(req->wait().ok()) << req->status().message;
+      EXPECT_EQ(d, std::vector<float>(16, float(3 + 2 * k)));
+    }
+    for (const std::string &call : gpus[r]->callsFrom(std::this_thread::get_id())) {
+      if (call.rfind("allReduce", 0) == 0) ++callerLaunches[r];
+    }
+  });
+  for (int r = 0; r < kRanks; ++r) {
+    EXPECT_GE(callerLaunches[r], 1) << "rank " << r << ": the waiting caller launched the work";
+    EXPECT_EQ(engines[r]->deviceLaunchesDeferred(), 0u);
+  }
+  for (auto &e : engines) e->requestShutdown();
+  for (auto &e : engines) e->join();
 }
 
 }  // namespace

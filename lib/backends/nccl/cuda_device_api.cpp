@@ -103,6 +103,7 @@ class CudaDeviceApi final : public DeviceApi {
   }
 
   void setDevice(int device) override { check(cudaSetDevice(device), "cudaSetDevice(", device, ")"); }
+  std::shared_ptr<void> keepContext() noexcept override { return nccl_device::keepContext(); }
 
   int multiprocessors(int device) override {
     int n = 0;

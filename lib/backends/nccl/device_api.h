@@ -44,6 +44,8 @@ class DeviceApi {
   virtual std::string whyNoDevice() noexcept = 0;
   // The calling thread's device from now on.
   virtual void setDevice(int device) = 0;
+  // The calling thread's CUDA context, put back as it was when the returned object is dropped.
+  virtual std::shared_ptr<void> keepContext() noexcept = 0;
   // Streaming multiprocessors of `device` (what every communicator's CTAs must fit in).
   virtual int multiprocessors(int device) = 0;
   // "" when hora's kernels run on `device`, else why (no image for its architecture).

@@ -173,6 +173,28 @@ std::shared_ptr<void> recordEvent(int device, void *stream) {
   });
 }
 
+std::shared_ptr<void> keepContext() noexcept {
+  struct Saved {
+    DriverContext context = nullptr;
+    bool haveContext = false;
+    int device = -1;
+  };
+  auto saved = std::make_shared<Saved>();
+  const ContextCalls &ctx = contextCalls();
+  saved->haveContext = ctx.getCurrent != nullptr && ctx.getCurrent(&saved->context) == kDriverSuccess;
+  if (!saved->haveContext && cudaGetDevice(&saved->device) != cudaSuccess) {  // creates no context
+    cudaGetLastError();
+    saved->device = -1;
+  }
+  return std::shared_ptr<void>(saved.get(), [saved](void *) {
+    const ContextCalls &calls = contextCalls();
+    const bool restored = saved->haveContext ? calls.setCurrent(saved->context) == kDriverSuccess
+                          : saved->device >= 0 ? cudaSetDevice(saved->device) == cudaSuccess
+                                               : true;
+    if (!restored) cudaGetLastError();
+  });
+}
+
 // cudaErrorNotReady is "not yet", not an error: it is taken out of the thread's error slot, or the
 // next kernel launch's cudaGetLastError would report it as the launch's failure.
 bool eventDone(void *event) {

@@ -58,6 +58,10 @@ class Stream {
 // returned pointer: the caller's work so far, which hora's stream waits for. The calling thread's
 // CUDA context is the same afterwards (none stays none: no context is left on another GPU).
 std::shared_ptr<void> recordEvent(int device, void *stream);
+// The calling thread's CUDA context (its device where the driver's context calls are missing),
+// put back exactly when the returned object is dropped (none stays none). For a thread of the
+// caller's that runs a set's cycle, which sets hora's device. Never throws.
+std::shared_ptr<void> keepContext() noexcept;
 // Whether everything before the event has run (cudaEventQuery; never blocks). "Not yet" leaves
 // nothing in the thread's CUDA error slot. Throws for an error the event reports.
 bool eventDone(void *event);
