@@ -5,7 +5,7 @@ started as the agent starts it (StoreProcess). The protocol is written once in e
 this is where the two meet. Values, counters, waits, the job-token handshake both ways, and the
 errors of a store that is gone or was never there; every expected value is computed here.
 
-argv: HORA_STORE (the built hora-store). HORARUN (environment): the script whose package runs."""
+argv: the built hora-store. HORARUN (environment): the script whose package runs."""
 
 import hashlib
 import hmac
@@ -20,7 +20,7 @@ import unittest
 
 from launcher_util import horarun_module, scaled
 
-HORA_STORE = None
+STORE_TOOL = None
 TOKEN = "5ec7e7-job-token"
 
 
@@ -40,7 +40,7 @@ class StoreTest(unittest.TestCase):
     def setUpClass(cls):
         cls.store = horarun_module("store")
         # The agent finds hora-store through this variable first (STORE_TOOL_VAR).
-        os.environ[cls.store.STORE_TOOL_VAR] = HORA_STORE
+        os.environ[cls.store.STORE_TOOL_VAR] = STORE_TOOL
 
     def setUp(self):
         self.server = self.store.StoreProcess("127.0.0.1", 0, self.token)
@@ -316,5 +316,5 @@ class Lost(StoreTest):
 
 
 if __name__ == "__main__":
-    HORA_STORE = os.path.abspath(sys.argv.pop(1))
+    STORE_TOOL = os.path.abspath(sys.argv.pop(1))
     unittest.main(verbosity=2)
