@@ -13,8 +13,7 @@ from .common import (RANK_VARS, TOKEN_VAR, AgentError, is_launcher_var, job_toke
 from .local import AGENT_POLL_S, PASS_ON_SIGNALS, SignalHub
 from .store import StoreClient, StoreError, StoreProcess
 
-# ----------------------------------------------------------------------------------------------
-# agents: restarts, several hosts, elasticity (docs/elastic.md)
+# Agents: restarts, several hosts, elasticity (docs/elastic.md).
 #
 # An agent is a horarun that keeps its workers going. Agents meet in the job's store, which
 # the agent at the rendezvous endpoint serves as a process of its own (hora-store), so that it
@@ -32,6 +31,7 @@ from .store import StoreClient, StoreError, StoreProcess
 #   P r<k>/...                  the workers' own world (HORA_STORE_PREFIX)
 #   elastic mode: P live/<name> (that agent's live workers), P slots (hosts -> slots), and the
 #   worlds' keys of lib/bootstrap/env/elastic.h.
+
 HEARTBEAT_S = 0.5        # an agent bumps its beat this often
 AGENT_LOST_S = 5.0       # the leader counts an agent gone after this long without a beat
 DISCOVERY_S = 1.0        # how often the leader runs --host-discovery-script

@@ -34,6 +34,8 @@ RDZV_CONF_IGNORED = ("timeout", "read_timeout", "close_timeout", "keep_alive_int
 RDZV_BACKENDS = ("c10d", "static")
 
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+# The agents' defaults that options change (--rdzv-conf last_call_timeout, --rdzv-endpoint).
 LAST_CALL_S = 1.0        # once MIN agents are in, how long the leader waits for more
 DEFAULT_RDZV_PORT = 29400  # torchrun's
 

@@ -38,7 +38,8 @@ HANDLED_S = 0.1
 # the traceback that death caused (a peer's "Connection reset by peer" comes within a
 # millisecond). Such a death counts as this much earlier than it was noticed.
 SIGNAL_LAG_S = 0.3
-AGENT_POLL_S = 0.2       # how often an agent looks at the store while its workers run
+# How often an agent looks at the store while its workers run (LocalJob's hooks.watch).
+AGENT_POLL_S = 0.2
 
 
 def rank_env(base, args, knobs, rank, local_rank, master_addr, master_port):
