@@ -7,6 +7,7 @@ errors of a store that is gone or was never there; every expected value is compu
 
 argv: the built hora-store. HORARUN (environment): the script whose package runs."""
 
+import gc
 import hashlib
 import hmac
 import os
@@ -17,6 +18,7 @@ import sys
 import threading
 import time
 import unittest
+import warnings
 
 from launcher_util import horarun_module, scaled
 
@@ -65,13 +67,18 @@ class StoreTest(unittest.TestCase):
 
     def assertRefused(self, token, words):
         start = time.monotonic()
-        with self.assertRaises(self.store.StoreError) as caught:
-            self.client(token, timeout=30.0)
-        # Refused at once: a refusal is final, not retried until the timeout.
-        self.assertLess(time.monotonic() - start, scaled(10))
+        with warnings.catch_warnings(record=True) as warned:
+            warnings.simplefilter("always", ResourceWarning)
+            with self.assertRaises(self.store.StoreError) as caught:
+                self.client(token, timeout=30.0)
+            # Refused at once: a refusal is final, not retried until the timeout.
+            self.assertLess(time.monotonic() - start, scaled(10))
+            message = str(caught.exception)
+            del caught  # its traceback holds the client: the socket must be closed already
+            gc.collect()
         self.assertIn("the store at 127.0.0.1:%d refused this agent: %s (set the same "
-                      "HORA_JOB_TOKEN for every agent)" % (self.server.port, words),
-                      str(caught.exception))
+                      "HORA_JOB_TOKEN for every agent)" % (self.server.port, words), message)
+        self.assertEqual([str(w.message) for w in warned], [], "a refused client's socket left open")
 
 
 class Values(StoreTest):

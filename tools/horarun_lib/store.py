@@ -54,6 +54,9 @@ class StoreClient:
                 why = getattr(self, "busy", None) or "busy"
             except OSError as e:
                 why = e.strerror or str(e)
+            except StoreError:
+                self.close()  # refused, or not a hora store: final, and the socket goes now
+                raise
             self.close()
             if time.monotonic() >= deadline:
                 raise StoreError("the rendezvous store at %s is unreachable after %g s (%s)"
