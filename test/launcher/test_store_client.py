@@ -231,12 +231,9 @@ class Impostor(unittest.TestCase):
         port = listener.getsockname()[1]
 
         def recv_exact(sock, n):
-            data = b""
-            while len(data) < n:
-                chunk = sock.recv(n - len(data))
-                if not chunk:
-                    raise OSError("closed")
-                data += chunk
+            data = sock.recv(n, socket.MSG_WAITALL)  # short only at the end of the stream
+            if len(data) < n:
+                raise OSError("closed")
             return data
 
         def read_request(sock):
