@@ -25,7 +25,7 @@ NOT_VARIABLES = {
     "HORA_GRADS": "an argument's name in test/bench/*.sh usage lines",
     "HORA_EXAMPLE": "an argument's name in test/timeline/check_timeline.py's usage",
     "HORA_INFO": "a global of test/docs/test_knob_docs.py (the hora-info it runs)",
-    "HORA_INFO_VAR": "a constant of tools/horarun; its value is HORARUN_HORA_INFO",
+    "HORA_INFO_VAR": "a constant of tools/horarun_lib/args.py; its value is HORARUN_HORA_INFO",
     "HORA_MPIRUN_ARGS": "a bash array of tools/mpirun_flags.sh (arrays are never exported)",
     "HORA_MPIRUN_BENCH_ARGS": "a bash array of tools/mpirun_flags.sh (arrays are never exported)",
     "HORA_SURELY_UNSET_VARIABLE": "test/launcher/test_usage.py needs it unset",

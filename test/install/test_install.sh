@@ -32,6 +32,14 @@ for tool in hora-info hora-store hora-bench hora-grads hora-link; do
     *) fail "$tool's run path is '$runpath', not $prefix/$libdir" ;;
   esac
 done
+# horarun's program is a package it finds in ../share/hora from its own path, wherever that is.
+[ -f "$root/share/hora/horarun_lib/cli.py" ] || fail "horarun's package is not in $prefix/share/hora/horarun_lib"
+got=$(cd / && "$bin/horarun" --version) || fail "the installed horarun does not run"
+case $got in "horarun (hora) "*) ;; *) fail "the installed horarun --version said '$got'" ;; esac
+ln -s "$bin/horarun" "$stage/horarun-link"
+got=$(cd / && "$stage/horarun-link" -np 2 --no-prefix /bin/echo rank) || fail "horarun through a symlink failed"
+[ "$got" = "rank
+rank" ] || fail "horarun through a symlink printed '$got'"
 [ -f "$root/share/hora/resnet50_grads.txt" ] || fail "the gradient workloads are not in $prefix/share/hora"
 [ -f "$lib/pkgconfig/hora.pc" ] || fail "no hora.pc in $libdir/pkgconfig"
 [ -f "$lib/cmake/hora/horaConfig.cmake" ] || fail "no horaConfig.cmake in $libdir/cmake/hora"

@@ -20,6 +20,18 @@ RANK_PROG = os.path.join(HERE, "rank_prog.py")
 RUN_TIMEOUT_S = scaled(30)
 
 
+def horarun_module(name):
+    """horarun_lib.NAME, the package of the script HORARUN, found as running the script finds it:
+    the script is loaded as a module (its main() does not run) and puts the package on sys.path."""
+    import importlib
+    import importlib.machinery
+    import importlib.util
+    loader = importlib.machinery.SourceFileLoader("horarun_script", HORARUN)
+    spec = importlib.util.spec_from_loader("horarun_script", loader)
+    loader.exec_module(importlib.util.module_from_spec(spec))
+    return importlib.import_module("horarun_lib." + name)
+
+
 def rank_cmd(*words):
     """The command line of the rank program, run by this test's own interpreter."""
     return [sys.executable, RANK_PROG] + [str(w) for w in words]

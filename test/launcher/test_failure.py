@@ -108,17 +108,13 @@ class FirstFailure(TempDirTest):
 
 class FirstFailureOrder(unittest.TestCase):
     """Which rank failed first, from the times horarun noted, without the races of a real job:
-    horarun loaded as a module, ranks as its Rank objects with the times set by hand."""
+    horarun's local mode loaded as a module, ranks as its Rank objects with the times set by
+    hand."""
 
     @classmethod
     def setUpClass(cls):
-        import importlib.machinery
-        import importlib.util
-        from launcher_util import HORARUN
-        loader = importlib.machinery.SourceFileLoader("horarun_module", HORARUN)
-        spec = importlib.util.spec_from_loader("horarun_module", loader)
-        cls.h = importlib.util.module_from_spec(spec)
-        loader.exec_module(cls.h)
+        from launcher_util import horarun_module
+        cls.h = horarun_module("local")
 
     def rank(self, index, exit_at, returncode, traceback_at=None):
         r = self.h.Rank(index, None)
