@@ -19,10 +19,6 @@
 #include "bootstrap/bootstrap.h"
 #include "api/runtime.h"
 #include "core/engine.h"
-#include "hora_config.h"
-#if HORA_HAVE_NCCL
-#include "backends/nccl/nccl_device.h"  // no CUDA headers: a facade
-#endif
 
 namespace hora {
 namespace {
@@ -31,9 +27,7 @@ thread_local std::string tLastError;
 // hora_set_join_mode: per process, kept across hora_shutdown and a later hora_init; every request
 // carries it to the coordinator (RequestMsg::joinMode).
 std::atomic<int> gJoinMode{HORA_JOIN_ZERO_FILL};
-#if HORA_HAVE_NCCL
 thread_local void *tlsCudaStream = nullptr;  // hora_cuda_set_stream: this thread's stream
-#endif
 
 // The running runtime. gLifecycle serializes init and shutdown; gEngineMutex guards the pointer
 // itself so submitting threads can take a reference without waiting for a slow init/shutdown.
@@ -228,24 +222,16 @@ Parsed parseTensor(const Call &call, const char *role, const DLTensor *t) {
   switch (t->device.device_type) {
     case kDLCPU:
     case kDLCUDAHost: p.device = Device{1, 0}; break;
-    case kDLCUDA:
-#if HORA_HAVE_NCCL
-      if (t->device.device_id < 0 || t->device.device_id >= nccl_device::deviceCount()) {
-        const std::string why = nccl_device::whyNoDevice();
+    case kDLCUDA: {
+      // The device plane's rule (no such device here, or no NCCL in this build).
+      const std::string why = devices::whyNotUsable(t->device.device_id);
+      if (!why.empty()) {
         HORA_THROW(HORA_ERR_UNSUPPORTED, call.where(), ": ", role, " is on cuda:",
-                   t->device.device_id, ", but ",
-                   why.empty() ? detail::concat("this process sees ", nccl_device::deviceCount(),
-                                                " CUDA devices")
-                               : why);
+                   t->device.device_id, ", but ", why);
       }
       p.device = Device{2, t->device.device_id};
       break;
-#else
-      HORA_THROW(HORA_ERR_UNSUPPORTED, call.where(), ": ", role, " is on cuda:",
-                 t->device.device_id,
-                 ", but this build has no NCCL backend (configure with -Dnccl=enabled where CUDA "
-                 "and NCCL are installed); pass CPU tensors");
-#endif
+    }
     default: bad("device type ", int(t->device.device_type), " is not supported (cpu or cuda)");
   }
   if (p.numel > 0 && t->data == nullptr) bad("data is NULL for ", p.numel, " elements");
@@ -296,10 +282,12 @@ void checkOp(const Call &call, int op, DType dtype, Device device, double presca
                  "floating-point tensors only");
     }
   }
-  if (dtype == DType::kInt16 && !device.isCpu()) {
-    HORA_THROW(HORA_ERR_UNSUPPORTED, call.where(), ": int16 on ", device.str(),
-               " cannot be reduced: NCCL has no 16-bit integer type (reduce it as int32, or on "
-               "the CPU)");
+  if (!device.isCpu()) {  // the device plane's own rule (int16: NCCL has no such type)
+    const std::string why = devices::whyNotReduced(dtype);
+    if (!why.empty()) {
+      HORA_THROW(HORA_ERR_UNSUPPORTED, call.where(), ": ", dtypeName(dtype), " on ",
+                 device.str(), " cannot be reduced: ", why);
+    }
   }
   if (!isFloating(dtype)) {
     if (op == HORA_OP_AVERAGE) {
@@ -431,18 +419,14 @@ void checkRequestPtr(const Call &call, hora_request_t *request_p) {
 // in `call`, for the tombstone that tells the other ranks (tellingRefusals).
 void submit(Engine &engine, Call &call, RequestMsg msg, std::vector<TensorArg> tensors,
             hora_request_t *request_p) {
-#if HORA_HAVE_NCCL
   // The device work waits for what this thread had queued on its stream when it submitted.
   std::shared_ptr<void> ready;
-  if (!msg.device.isCpu()) ready = nccl_device::recordEvent(msg.device.id, tlsCudaStream);
-#endif
+  if (!msg.device.isCpu()) ready = devices::recordCallerWork(msg.device.id, tlsCudaStream);
   msg.name = call.autoNamed ? engine.autoNames().next(call.processSet, call.op) : std::move(call.name);
   msg.op = call.op;
   msg.joinMode = static_cast<uint8_t>(gJoinMode.load(std::memory_order_relaxed));
   auto request = std::make_shared<Request>(std::move(msg), call.processSet, std::move(tensors));
-#if HORA_HAVE_NCCL
   request->readyEvent = std::move(ready);
-#endif
   const uintptr_t token = handles().add(request);
   try {
     engine.submit(request);
@@ -924,12 +908,10 @@ int hora_process_set_size(int32_t id) {
 
 hora_status_t hora_cuda_set_stream(void *stream) {
   return guarded([stream] {
-#if HORA_HAVE_NCCL
+    if (!devices::available()) {
+      HORA_THROW(HORA_ERR_UNSUPPORTED, "hora_cuda_set_stream: this build has no NCCL backend");
+    }
     tlsCudaStream = stream;
-#else
-    (void)stream;
-    HORA_THROW(HORA_ERR_UNSUPPORTED, "hora_cuda_set_stream: this build has no NCCL backend");
-#endif
   });
 }
 

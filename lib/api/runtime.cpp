@@ -39,4 +39,13 @@ std::shared_ptr<Engine> startRuntime(const Knobs &knobs) {
   return Engine::start(knobs, defaultFabric(knobs));
 }
 
+namespace devices {
+bool available() { return haveDevicePlane(); }
+std::string whyNotUsable(int device) { return whyNoCudaDevice(device); }
+std::string whyNotReduced(DType dtype) { return whyCudaCannotReduce(dtype); }
+std::shared_ptr<void> recordCallerWork(int device, void *stream) {
+  return hora::recordCallerWork(device, stream);
+}
+}  // namespace devices
+
 }  // namespace hora
