@@ -4,19 +4,14 @@
 
 #include <climits>
 #include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <mutex>
 #include <new>
 #include <utility>
 
 #include "base/error.h"
-#include "base/knobs.h"
 #include "base/logging.h"
-#include "bootstrap/bootstrap.h"
 #include "api/runtime.h"
 #include "core/engine.h"
 
@@ -24,44 +19,7 @@ namespace hora {
 namespace {
 
 thread_local std::string tLastError;
-// hora_set_join_mode: per process, kept across hora_shutdown and a later hora_init; every request
-// carries it to the coordinator (RequestMsg::joinMode).
-std::atomic<int> gJoinMode{HORA_JOIN_ZERO_FILL};
 thread_local void *tlsCudaStream = nullptr;  // hora_cuda_set_stream: this thread's stream
-
-// The running runtime. gLifecycle serializes init and shutdown; gEngineMutex guards the pointer
-// itself so submitting threads can take a reference without waiting for a slow init/shutdown.
-std::mutex gLifecycle;
-std::mutex gEngineMutex;
-std::shared_ptr<Engine> gEngine;
-std::shared_ptr<Engine> currentEngine() {
-  std::lock_guard<std::mutex> lock(gEngineMutex);
-  return gEngine;
-}
-
-// At process exit: a runtime still running (hora_shutdown was not called, or the program is
-// exiting on an error) is stopped first, with a bounded wait since a peer may be gone; only a
-// runtime that stopped lets MPI be finalized, as MPI may not be finalized under a thread in it.
-void stopAtExit() {
-  bool stopped = true;
-  std::shared_ptr<Engine> engine;
-  {
-    std::lock_guard<std::mutex> lock(gEngineMutex);
-    engine = gEngine;
-  }
-  if (engine) {
-    // Even a world that a peer stopped may still have set engines finishing their last cycle.
-    if (engine->running()) {
-      HORA_LOG(kWarning) << "the process is exiting without hora_shutdown; shutting hora down";
-    }
-    stopped = engine->shutdownWithin(std::chrono::seconds(10));
-    if (!stopped) {
-      HORA_LOG(kWarning) << "hora did not stop within 10 s; MPI is left unfinalized";
-    }
-  }
-  if (stopped) finalizeAtExit();
-}
-std::once_flag gAtExitOnce;
 
 // Every hora_request_t handed out and not yet freed. A handle is a token (RequestHandles), never
 // a pointer, so a freed or made-up handle is looked up, not dereferenced. Never destroyed: a
@@ -86,7 +44,7 @@ RequestPtr liveRequest(hora_request_t request, const char *call) {
 }
 
 std::shared_ptr<Engine> requireEngine(const char *call) {
-  std::shared_ptr<Engine> engine = currentEngine();
+  std::shared_ptr<Engine> engine = currentRuntime();
   if (!engine) HORA_THROW(HORA_ERR_NOT_INITIALIZED, call, ": hora_init has not been called");
   return engine;
 }
@@ -327,7 +285,7 @@ void enqueueTombstone(Engine &engine, Call &call, std::string reason) {
   RequestMsg msg;
   msg.name = call.name;
   msg.op = call.op;
-  msg.joinMode = static_cast<uint8_t>(gJoinMode.load(std::memory_order_relaxed));
+  msg.joinMode = engine.joinMode();
   msg.rejected = std::move(reason);
   engine.submit(
       std::make_shared<Request>(std::move(msg), call.processSet, std::vector<TensorArg>{}));
@@ -424,7 +382,7 @@ void submit(Engine &engine, Call &call, RequestMsg msg, std::vector<TensorArg> t
   if (!msg.device.isCpu()) ready = devices::recordCallerWork(msg.device.id, tlsCudaStream);
   msg.name = call.autoNamed ? engine.autoNames().next(call.processSet, call.op) : std::move(call.name);
   msg.op = call.op;
-  msg.joinMode = static_cast<uint8_t>(gJoinMode.load(std::memory_order_relaxed));
+  msg.joinMode = engine.joinMode();
   auto request = std::make_shared<Request>(std::move(msg), call.processSet, std::move(tensors));
   request->readyEvent = std::move(ready);
   const uintptr_t token = handles().add(request);
@@ -547,77 +505,29 @@ using namespace hora;
 extern "C" {
 
 hora_status_t hora_init(void) {
-  return guarded([] {
-    std::lock_guard<std::mutex> lifecycle(gLifecycle);
-    std::shared_ptr<Engine> old = currentEngine();
-    if (old && old->running()) return;
-    if (old) {  // stopped on its own (a peer shut down, or a fatal error): reap it first
-      old->shutdown();
-      std::lock_guard<std::mutex> lock(gEngineMutex);
-      gEngine.reset();
-    }
-    KnobReport report;
-    Knobs knobs = Knobs::fromEnvironment(&report);
-    setLogLevel(knobs.logLevel);
-    std::shared_ptr<Engine> engine;
-    const auto deadline = std::chrono::steady_clock::now() +
-                          std::chrono::milliseconds(static_cast<int64_t>(knobs.timeoutS * 1000.0));
-    takeElasticFormationAbandoned();  // what earlier runtimes saw is not this one's
-    for (;;) {
-      try {
-        engine = startRuntime(knobs);
-        break;
-      } catch (const Error &e) {
-        // An elastic worker whose world the agents gave up on while it formed (a member died
-        // before joining it): join the next one, as a worker that asked late would.
-        if (takeElasticFormationAbandoned() && std::chrono::steady_clock::now() < deadline) {
-          HORA_LOG(kInfo) << "elastic: the world this worker was joining is being replaced ("
-                          << e.message() << "); joining the next one";
-          continue;
-        }
-        logKnobNotes(report);  // no world, no rank: a misspelt knob may be why, so every rank says it
-        throw;
-      } catch (...) {
-        logKnobNotes(report);
-        throw;
-      }
-    }
-    // One copy per host: a host's ranks share their launcher's environment.
-    if (engine->topology().localRank == 0) logKnobNotes(report);
-    // Registered after the first start, so it runs before any exit handler MPI registered then.
-    std::call_once(gAtExitOnce, [] { std::atexit(stopAtExit); });
-    std::lock_guard<std::mutex> lock(gEngineMutex);
-    gEngine = std::move(engine);
-  });
+  return guarded([] { initRuntime(); });
 }
 
 hora_status_t hora_shutdown(void) {
   return guarded([] {
-    std::lock_guard<std::mutex> lifecycle(gLifecycle);
-    std::shared_ptr<Engine> engine = currentEngine();
-    if (!engine) HORA_THROW(HORA_ERR_NOT_INITIALIZED, "hora_shutdown: hora is not initialized");
-    engine->shutdown();
-    std::lock_guard<std::mutex> lock(gEngineMutex);
-    gEngine.reset();
+    if (!shutdownRuntime()) HORA_THROW(HORA_ERR_NOT_INITIALIZED, "hora_shutdown: hora is not initialized");
   });
 }
 
 int hora_is_initialized(void) {
-  std::shared_ptr<Engine> e = currentEngine();
+  std::shared_ptr<Engine> e = currentRuntime();
   return e && e->running() ? 1 : 0;
 }
 
 int hora_elastic_world_changed(void) {
   int changed = 0;
-  const hora_status_t status = guarded([&] {
-    if (currentEngine()) changed = elasticWorldChanged();
-  });
+  const hora_status_t status = guarded([&] { changed = runtimeWorldChanged(); });
   return status == HORA_SUCCESS ? changed : -1;
 }
 
 #define HORA_TOPOLOGY_GETTER(fn, field)            \
   int fn(void) {                                   \
-    std::shared_ptr<Engine> e = currentEngine();   \
+    std::shared_ptr<Engine> e = currentRuntime();   \
     return e ? e->topology().field : -1;           \
   }
 HORA_TOPOLOGY_GETTER(hora_rank, rank)
@@ -775,7 +685,7 @@ hora_status_t hora_wait(hora_request_t request) {
   return guarded([&] {
     RequestPtr r = liveRequest(request, "hora_wait");
     if (!r->done()) {
-      if (std::shared_ptr<Engine> engine = currentEngine()) engine->drive(*r);
+      if (std::shared_ptr<Engine> engine = currentRuntime()) engine->drive(*r);
     }
     Status status = r->wait();
     if (!status.ok()) throw Error(status.code, status.message, __FILE__, __LINE__);
@@ -786,7 +696,7 @@ hora_status_t hora_cuda_wait(hora_request_t request, void *stream) {
   return guarded([&] {
     RequestPtr r = liveRequest(request, "hora_cuda_wait");
     if (!r->done()) {
-      if (std::shared_ptr<Engine> engine = currentEngine()) engine->drive(*r);
+      if (std::shared_ptr<Engine> engine = currentRuntime()) engine->drive(*r);
     }
     Status status = r->waitOnStream(stream);
     if (!status.ok()) throw Error(status.code, status.message, __FILE__, __LINE__);
@@ -897,12 +807,12 @@ hora_status_t hora_process_set_abort(int32_t id, hora_status_t status, const cha
 }
 
 int hora_process_set_rank(int32_t id) {
-  std::shared_ptr<Engine> e = currentEngine();
+  std::shared_ptr<Engine> e = currentRuntime();
   return e ? e->processSetRank(id) : -1;
 }
 
 int hora_process_set_size(int32_t id) {
-  std::shared_ptr<Engine> e = currentEngine();
+  std::shared_ptr<Engine> e = currentRuntime();
   return e ? e->processSetSize(id) : -1;
 }
 
@@ -957,7 +867,7 @@ hora_status_t hora_set_join_mode(int mode) {
       HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "hora_set_join_mode: mode ", mode,
                  " is neither HORA_JOIN_ZERO_FILL (0) nor HORA_JOIN_ALLREDUCE_ONLY (1)");
     }
-    gJoinMode.store(mode, std::memory_order_relaxed);
+    setProcessJoinMode(static_cast<uint8_t>(mode));
   });
 }
 
