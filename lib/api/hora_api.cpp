@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The C ABI: argument checking, exceptions in, status codes and a thread-local last error out.
+// The C ABI: converts and checks the arguments and forwards them (to the runtime, api/runtime.h,
+// and the engine, core/refusals.h); exceptions in, status codes and a thread-local last error out.
 #include <hora/hora.h>
 
 #include <climits>
@@ -8,12 +9,13 @@
 #include <cstdint>
 #include <cstring>
 #include <new>
+#include <string>
 #include <utility>
 
-#include "base/error.h"
-#include "base/logging.h"
 #include "api/runtime.h"
+#include "base/error.h"
 #include "core/engine.h"
+#include "core/refusals.h"
 
 namespace hora {
 namespace {
@@ -67,7 +69,6 @@ hora_status_t guarded(F &&body) {
 }
 
 constexpr int kMaxNdim = 64;
-constexpr size_t kMaxNameBytes = 4096;
 
 // Any DLPack dtype by name, for messages: "uint16", "complex64", "float32x4" (lanes), or the raw
 // code where DLPack has no name for it.
@@ -116,19 +117,6 @@ bool dtypeFromDl(DLDataType t, DType *out) {
   }
 }
 
-// What every op needs to know about the call for its messages.
-struct Call {
-  OpType op;
-  std::string name;
-  int32_t processSet;
-  bool autoNamed = false;  // NULL name: named at enqueue time
-  bool nameTaken = false;  // autoNamed, and `name` holds the automatic name it took
-  std::string where() const {
-    return autoNamed ? detail::concat(opTypeName(op), " (unnamed)")
-                     : detail::concat(opTypeName(op), " '", name, "'");
-  }
-};
-
 struct Parsed {
   DType dtype;
   Device device;
@@ -137,7 +125,7 @@ struct Parsed {
   void *data = nullptr;
 };
 
-Parsed parseTensor(const Call &call, const char *role, const DLTensor *t) {
+Parsed parseTensor(const OpCall &call, const char *role, const DLTensor *t) {
   auto bad = [&](auto &&...why) {
     HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call.where(), ": ", role, ": ", why...);
   };
@@ -201,7 +189,7 @@ Parsed parseTensor(const Call &call, const char *role, const DLTensor *t) {
 }
 
 // An input whose first dimension the op splits or concatenates: it cannot be a scalar.
-Parsed parseRowsTensor(const Call &call, const DLTensor *input) {
+Parsed parseRowsTensor(const OpCall &call, const DLTensor *input) {
   Parsed t = parseTensor(call, "input", input);
   if (t.shape.empty()) {
     HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call.where(), ": input is a scalar (ndim 0); ",
@@ -219,7 +207,7 @@ int rawOp(const hora_reduce_op_t *op) {
   return v;
 }
 
-void checkOp(const Call &call, int op, DType dtype, Device device, double prescale,
+void checkOp(const OpCall &call, int op, DType dtype, Device device, double prescale,
              double postscale) {
   if (op < HORA_OP_SUM || op > HORA_OP_PRODUCT) {
     HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call.where(), ": reduce op ", op,
@@ -260,114 +248,18 @@ void checkOp(const Call &call, int op, DType dtype, Device device, double presca
   }
 }
 
-constexpr size_t kMaxReasonBytes = 8192;
-
-// Tells the other ranks of the call's set that this rank refused the call before submitting it:
-// a tombstone (RequestMsg::rejected) under the call's name, or for an unnamed call the automatic
-// name it would have taken (taken now, so that this rank's later unnamed calls keep pairing with
-// the other ranks'). It negotiates like a request, and the coordinator fails the other ranks'
-// requests of the name with HORA_ERR_MISMATCH quoting `reason` (docs/faults-misuse.md). Throws
-// what the set's queue throws: DUPLICATE_NAME (a real request of the name is in flight here),
-// or the status the set stopped with.
-void enqueueTombstone(Engine &engine, Call &call, std::string reason) {
-  if (call.autoNamed && !call.nameTaken) {
-    call.name = engine.autoNames().next(call.processSet, call.op);
-    call.nameTaken = true;
-  }
-  // "allreduce 'x': input: ..." -> "input: ...": the coordinator's message names the op and name.
-  const std::string where = call.where() + ": ";
-  if (reason.compare(0, where.size(), where) == 0) reason.erase(0, where.size());
-  if (reason.empty()) reason = "(no reason given)";
-  if (reason.size() > kMaxReasonBytes) {
-    reason.resize(kMaxReasonBytes);
-    reason += "...";
-  }
-  RequestMsg msg;
-  msg.name = call.name;
-  msg.op = call.op;
-  msg.joinMode = engine.joinMode();
-  msg.rejected = std::move(reason);
-  engine.submit(
-      std::make_shared<Request>(std::move(msg), call.processSet, std::vector<TensorArg>{}));
-}
-
-// The same for an op call's own error, which reaches its caller whatever happens here: a
-// tombstone that cannot be enqueued (the set stopped, or this rank's request of the name is in
-// flight, which is what the other ranks pair with) is dropped.
-void tellRefusal(Engine &engine, Call &call, std::string reason) noexcept {
-  try {
-    try {
-      enqueueTombstone(engine, call, std::move(reason));
-    } catch (const Error &e) {
-      HORA_LOG(kDebug) << call.where() << ": the other ranks were not told of this refusal: "
-                       << e.message();
-    }
-  } catch (...) {  // out of memory, even for the log line
-  }
-}
-
-// Runs `body`, the part of an op call after its set and name are known (makeCall). An error it
-// throws goes to the caller as usual, and first to the set's other ranks (tellRefusal), whose
-// requests of the name would otherwise wait for this rank forever. Not a duplicate name: this
-// rank's request of that name, in flight, is the one the others pair with.
-template <typename F>
-void tellingRefusals(Engine &engine, Call &call, F &&body) {
-  try {
-    body();
-  } catch (const Error &e) {
-    if (e.status() != HORA_ERR_DUPLICATE_NAME) tellRefusal(engine, call, e.message());
-    throw;
-  } catch (const std::bad_alloc &) {
-    tellRefusal(engine, call, "out of memory");
-    throw;
-  } catch (const std::exception &e) {
-    tellRefusal(engine, call, std::string("internal error: ") + e.what());
-    throw;
-  }
-}
-
-// An empty name is refused as such, and told to the other ranks as an unnamed call (what the
-// caller most likely meant, and what hora_reject takes "" for).
-Call makeCall(Engine &engine, OpType op, const char *name, int32_t processSet) {
-  Call call{op, std::string(), processSet};
-  call.autoNamed = name == nullptr;
-  if (name != nullptr) {
-    const size_t len = strnlen(name, kMaxNameBytes + 1);
-    if (len > kMaxNameBytes) {
-      HORA_THROW(HORA_ERR_INVALID_ARGUMENT, opTypeName(op), ": tensor name is longer than ",
-                 kMaxNameBytes, " bytes");
-    }
-    call.autoNamed = len == 0;
-    call.name.assign(name, len);
-  }
-  if (engine.processSetSize(processSet) < 0) {
-    HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call.where(), ": unknown process set ", processSet);
-  }
-  if (engine.processSetRank(processSet) < 0) {
-    HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call.where(), ": rank ", engine.topology().rank,
-               " is not a member of process set ", processSet);
-  }
-  if (name != nullptr && call.autoNamed) {
-    tellingRefusals(engine, call, [op] {
-      HORA_THROW(HORA_ERR_INVALID_ARGUMENT, opTypeName(op),
-                 ": tensor name is empty (pass NULL to have hora name it)");
-    });
-  }
-  return call;
-}
-
 // A collective's C entry point: the runtime, then the call's set and name, then `body(engine,
 // call)`, whose errors the set's other ranks are told of (tellingRefusals).
 template <typename F>
 hora_status_t guardedOp(OpType op, const char *name, int32_t processSet, F &&body) {
   return guarded([&] {
     std::shared_ptr<Engine> engine = requireEngine(opTypeName(op));
-    Call call = makeCall(*engine, op, name, processSet);
+    OpCall call = makeCall(*engine, op, name, processSet);
     tellingRefusals(*engine, call, [&] { body(*engine, call); });
   });
 }
 
-void checkRequestPtr(const Call &call, hora_request_t *request_p) {
+void checkRequestPtr(const OpCall &call, hora_request_t *request_p) {
   if (request_p == nullptr) {
     HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call.where(), ": request_p is NULL");
   }
@@ -375,23 +267,18 @@ void checkRequestPtr(const Call &call, hora_request_t *request_p) {
 
 // Takes the call's name (moved into the request). A failure to enqueue leaves the name taken
 // in `call`, for the tombstone that tells the other ranks (tellingRefusals).
-void submit(Engine &engine, Call &call, RequestMsg msg, std::vector<TensorArg> tensors,
+void submit(Engine &engine, OpCall &call, RequestMsg msg, std::vector<TensorArg> tensors,
             hora_request_t *request_p) {
   // The device work waits for what this thread had queued on its stream when it submitted.
   std::shared_ptr<void> ready;
   if (!msg.device.isCpu()) ready = devices::recordCallerWork(msg.device.id, tlsCudaStream);
-  msg.name = call.autoNamed ? engine.autoNames().next(call.processSet, call.op) : std::move(call.name);
-  msg.op = call.op;
-  msg.joinMode = engine.joinMode();
-  auto request = std::make_shared<Request>(std::move(msg), call.processSet, std::move(tensors));
+  RequestPtr request = makeRequest(engine, call, std::move(msg), std::move(tensors));
   request->readyEvent = std::move(ready);
   const uintptr_t token = handles().add(request);
   try {
-    engine.submit(request);
+    submitCall(engine, call, request);
   } catch (...) {
     handles().remove(token);
-    call.name = request->name();
-    call.nameTaken = call.autoNamed;
     throw;
   }
   *request_p = toHandle(token);
@@ -401,7 +288,7 @@ void submit(Engine &engine, Call &call, RequestMsg msg, std::vector<TensorArg> t
 // where its tensors lie, in pieces, on every path), so an output may share memory with nothing
 // but its own input, and only as that same tensor (in place). Anything else would be a silently
 // wrong result on some paths: refused, naming both tensors. O(n log n) in the number of tensors.
-void checkAllreduceOverlaps(const Call &call, const std::vector<TensorArg> &tensors, DType dtype) {
+void checkAllreduceOverlaps(const OpCall &call, const std::vector<TensorArg> &tensors, DType dtype) {
   const size_t esize = dtypeSize(dtype);
   const int n = static_cast<int>(tensors.size());
   auto span = [&](const void *p, int64_t numel) {
@@ -457,7 +344,7 @@ void checkAllreduceOverlaps(const Call &call, const std::vector<TensorArg> &tens
   }
 }
 
-void allreduceImpl(Engine &engine, Call &call, int n, const DLTensor *inputs, DLTensor *outputs,
+void allreduceImpl(Engine &engine, OpCall &call, int n, const DLTensor *inputs, DLTensor *outputs,
                    int op, double prescale, double postscale, hora_request_t *request_p) {
   checkRequestPtr(call, request_p);
   if (n < 1) HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call.where(), ": ", n, " tensors");
@@ -542,7 +429,7 @@ hora_status_t hora_allreduce_async(const char *name, const DLTensor *input, DLTe
                                    hora_reduce_op_t op, double prescale, double postscale,
                                    int32_t process_set, hora_request_t *request_p) {
   const int opv = rawOp(&op);
-  return guardedOp(OpType::kAllreduce, name, process_set, [&](Engine &engine, Call &call) {
+  return guardedOp(OpType::kAllreduce, name, process_set, [&](Engine &engine, OpCall &call) {
     allreduceImpl(engine, call, 1, input, output, opv, prescale, postscale, request_p);
   });
 }
@@ -552,14 +439,14 @@ hora_status_t hora_grouped_allreduce_async(const char *name, int n, const DLTens
                                            double postscale, int32_t process_set,
                                            hora_request_t *request_p) {
   const int opv = rawOp(&op);
-  return guardedOp(OpType::kAllreduce, name, process_set, [&](Engine &engine, Call &call) {
+  return guardedOp(OpType::kAllreduce, name, process_set, [&](Engine &engine, OpCall &call) {
     allreduceImpl(engine, call, n, inputs, outputs, opv, prescale, postscale, request_p);
   });
 }
 
 hora_status_t hora_broadcast_async(const char *name, DLTensor *tensor, int root,
                                    int32_t process_set, hora_request_t *request_p) {
-  return guardedOp(OpType::kBroadcast, name, process_set, [&](Engine &engine, Call &call) {
+  return guardedOp(OpType::kBroadcast, name, process_set, [&](Engine &engine, OpCall &call) {
     checkRequestPtr(call, request_p);
     Parsed t = parseTensor(call, "tensor", tensor);
     const int size = engine.processSetSize(process_set);
@@ -578,7 +465,7 @@ hora_status_t hora_broadcast_async(const char *name, DLTensor *tensor, int root,
 
 hora_status_t hora_allgather_async(const char *name, const DLTensor *input, int32_t process_set,
                                    hora_request_t *request_p) {
-  return guardedOp(OpType::kAllgather, name, process_set, [&](Engine &engine, Call &call) {
+  return guardedOp(OpType::kAllgather, name, process_set, [&](Engine &engine, OpCall &call) {
     checkRequestPtr(call, request_p);
     Parsed t = parseRowsTensor(call, input);
     RequestMsg msg;
@@ -591,7 +478,7 @@ hora_status_t hora_allgather_async(const char *name, const DLTensor *input, int3
 
 hora_status_t hora_alltoall_async(const char *name, const DLTensor *input, const int64_t *splits,
                                   int32_t process_set, hora_request_t *request_p) {
-  return guardedOp(OpType::kAlltoall, name, process_set, [&](Engine &engine, Call &call) {
+  return guardedOp(OpType::kAlltoall, name, process_set, [&](Engine &engine, OpCall &call) {
     checkRequestPtr(call, request_p);
     Parsed t = parseRowsTensor(call, input);
     const int size = engine.processSetSize(process_set);
@@ -629,7 +516,7 @@ hora_status_t hora_reducescatter_async(const char *name, const DLTensor *input,
                                        hora_reduce_op_t op, int32_t process_set,
                                        hora_request_t *request_p) {
   const int opv = rawOp(&op);
-  return guardedOp(OpType::kReducescatter, name, process_set, [&](Engine &engine, Call &call) {
+  return guardedOp(OpType::kReducescatter, name, process_set, [&](Engine &engine, OpCall &call) {
     checkRequestPtr(call, request_p);
     Parsed t = parseRowsTensor(call, input);
     checkOp(call, opv, t.dtype, t.device, 1.0, 1.0);
@@ -744,7 +631,7 @@ hora_status_t hora_process_set_create(const int *ranks, int nranks, int32_t *id_
   return guarded([&] {
     auto engine = requireEngine("hora_process_set_create");
     // Collective over the world, named by call order: a refusal takes its name (tellingRefusals).
-    Call call = makeCall(*engine, OpType::kProcessSetCreate, nullptr, 0);
+    OpCall call = makeCall(*engine, OpType::kProcessSetCreate, nullptr, 0);
     std::vector<int64_t> sorted;
     tellingRefusals(*engine, call, [&] {
       if (ranks == nullptr || id_p == nullptr) {
@@ -777,7 +664,7 @@ hora_status_t hora_process_set_create(const int *ranks, int nranks, int32_t *id_
 hora_status_t hora_process_set_destroy(int32_t id) {
   return guarded([&] {
     auto engine = requireEngine("hora_process_set_destroy");
-    Call call = makeCall(*engine, OpType::kProcessSetDestroy, nullptr, 0);
+    OpCall call = makeCall(*engine, OpType::kProcessSetDestroy, nullptr, 0);
     tellingRefusals(*engine, call, [&] {
       if (id == 0) {
         HORA_THROW(HORA_ERR_INVALID_ARGUMENT,
@@ -855,7 +742,7 @@ hora_status_t hora_reject(const char *op, const char *name, int32_t process_set,
                  "' is not one of allreduce, grouped_allreduce, allgather, broadcast, alltoall, "
                  "reducescatter");
     }
-    Call call = makeCall(*engine, found->second,
+    OpCall call = makeCall(*engine, found->second,
                          name != nullptr && name[0] == '\0' ? nullptr : name, process_set);
     enqueueTombstone(*engine, call, reason != nullptr ? reason : "");
   });
