@@ -1,73 +1,27 @@
 // SPDX-License-Identifier: Apache-2.0
-// The C ABI: argument checking, exceptions in, status codes and a thread-local last error out.
+// The C ABI: converts and checks the arguments and forwards them (to the runtime, api/runtime.h,
+// and the engine, core/refusals.h); exceptions in, status codes and a thread-local last error out.
 #include <hora/hora.h>
 
 #include <climits>
 #include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <mutex>
 #include <new>
+#include <string>
 #include <utility>
 
-#include "base/error.h"
-#include "base/knobs.h"
-#include "base/logging.h"
-#include "bootstrap/bootstrap.h"
 #include "api/runtime.h"
+#include "base/error.h"
 #include "core/engine.h"
-#include "hora_config.h"
-#if HORA_HAVE_NCCL
-#include "backends/nccl/nccl_device.h"  // no CUDA headers: a facade
-#endif
+#include "core/refusals.h"
 
 namespace hora {
 namespace {
 
 thread_local std::string tLastError;
-// hora_set_join_mode: per process, kept across hora_shutdown and a later hora_init; every request
-// carries it to the coordinator (RequestMsg::joinMode).
-std::atomic<int> gJoinMode{HORA_JOIN_ZERO_FILL};
-#if HORA_HAVE_NCCL
 thread_local void *tlsCudaStream = nullptr;  // hora_cuda_set_stream: this thread's stream
-#endif
-
-// The running runtime. gLifecycle serializes init and shutdown; gEngineMutex guards the pointer
-// itself so submitting threads can take a reference without waiting for a slow init/shutdown.
-std::mutex gLifecycle;
-std::mutex gEngineMutex;
-std::shared_ptr<Engine> gEngine;
-std::shared_ptr<Engine> currentEngine() {
-  std::lock_guard<std::mutex> lock(gEngineMutex);
-  return gEngine;
-}
-
-// At process exit: a runtime still running (hora_shutdown was not called, or the program is
-// exiting on an error) is stopped first, with a bounded wait since a peer may be gone; only a
-// runtime that stopped lets MPI be finalized, as MPI may not be finalized under a thread in it.
-void stopAtExit() {
-  bool stopped = true;
-  std::shared_ptr<Engine> engine;
-  {
-    std::lock_guard<std::mutex> lock(gEngineMutex);
-    engine = gEngine;
-  }
-  if (engine) {
-    // Even a world that a peer stopped may still have set engines finishing their last cycle.
-    if (engine->running()) {
-      HORA_LOG(kWarning) << "the process is exiting without hora_shutdown; shutting hora down";
-    }
-    stopped = engine->shutdownWithin(std::chrono::seconds(10));
-    if (!stopped) {
-      HORA_LOG(kWarning) << "hora did not stop within 10 s; MPI is left unfinalized";
-    }
-  }
-  if (stopped) finalizeAtExit();
-}
-std::once_flag gAtExitOnce;
 
 // Every hora_request_t handed out and not yet freed. A handle is a token (RequestHandles), never
 // a pointer, so a freed or made-up handle is looked up, not dereferenced. Never destroyed: a
@@ -92,7 +46,7 @@ RequestPtr liveRequest(hora_request_t request, const char *call) {
 }
 
 std::shared_ptr<Engine> requireEngine(const char *call) {
-  std::shared_ptr<Engine> engine = currentEngine();
+  std::shared_ptr<Engine> engine = currentRuntime();
   if (!engine) HORA_THROW(HORA_ERR_NOT_INITIALIZED, call, ": hora_init has not been called");
   return engine;
 }
@@ -115,7 +69,6 @@ hora_status_t guarded(F &&body) {
 }
 
 constexpr int kMaxNdim = 64;
-constexpr size_t kMaxNameBytes = 4096;
 
 // Any DLPack dtype by name, for messages: "uint16", "complex64", "float32x4" (lanes), or the raw
 // code where DLPack has no name for it.
@@ -164,19 +117,6 @@ bool dtypeFromDl(DLDataType t, DType *out) {
   }
 }
 
-// What every op needs to know about the call for its messages.
-struct Call {
-  OpType op;
-  std::string name;
-  int32_t processSet;
-  bool autoNamed = false;  // NULL name: named at enqueue time
-  bool nameTaken = false;  // autoNamed, and `name` holds the automatic name it took
-  std::string where() const {
-    return autoNamed ? detail::concat(opTypeName(op), " (unnamed)")
-                     : detail::concat(opTypeName(op), " '", name, "'");
-  }
-};
-
 struct Parsed {
   DType dtype;
   Device device;
@@ -185,7 +125,7 @@ struct Parsed {
   void *data = nullptr;
 };
 
-Parsed parseTensor(const Call &call, const char *role, const DLTensor *t) {
+Parsed parseTensor(const OpCall &call, const char *role, const DLTensor *t) {
   auto bad = [&](auto &&...why) {
     HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call.where(), ": ", role, ": ", why...);
   };
@@ -228,24 +168,16 @@ Parsed parseTensor(const Call &call, const char *role, const DLTensor *t) {
   switch (t->device.device_type) {
     case kDLCPU:
     case kDLCUDAHost: p.device = Device{1, 0}; break;
-    case kDLCUDA:
-#if HORA_HAVE_NCCL
-      if (t->device.device_id < 0 || t->device.device_id >= nccl_device::deviceCount()) {
-        const std::string why = nccl_device::whyNoDevice();
+    case kDLCUDA: {
+      // The device plane's rule (no such device here, or no NCCL in this build).
+      const std::string why = devices::whyNotUsable(t->device.device_id);
+      if (!why.empty()) {
         HORA_THROW(HORA_ERR_UNSUPPORTED, call.where(), ": ", role, " is on cuda:",
-                   t->device.device_id, ", but ",
-                   why.empty() ? detail::concat("this process sees ", nccl_device::deviceCount(),
-                                                " CUDA devices")
-                               : why);
+                   t->device.device_id, ", but ", why);
       }
       p.device = Device{2, t->device.device_id};
       break;
-#else
-      HORA_THROW(HORA_ERR_UNSUPPORTED, call.where(), ": ", role, " is on cuda:",
-                 t->device.device_id,
-                 ", but this build has no NCCL backend (configure with -Dnccl=enabled where CUDA "
-                 "and NCCL are installed); pass CPU tensors");
-#endif
+    }
     default: bad("device type ", int(t->device.device_type), " is not supported (cpu or cuda)");
   }
   if (p.numel > 0 && t->data == nullptr) bad("data is NULL for ", p.numel, " elements");
@@ -257,7 +189,7 @@ Parsed parseTensor(const Call &call, const char *role, const DLTensor *t) {
 }
 
 // An input whose first dimension the op splits or concatenates: it cannot be a scalar.
-Parsed parseRowsTensor(const Call &call, const DLTensor *input) {
+Parsed parseRowsTensor(const OpCall &call, const DLTensor *input) {
   Parsed t = parseTensor(call, "input", input);
   if (t.shape.empty()) {
     HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call.where(), ": input is a scalar (ndim 0); ",
@@ -275,7 +207,7 @@ int rawOp(const hora_reduce_op_t *op) {
   return v;
 }
 
-void checkOp(const Call &call, int op, DType dtype, Device device, double prescale,
+void checkOp(const OpCall &call, int op, DType dtype, Device device, double prescale,
              double postscale) {
   if (op < HORA_OP_SUM || op > HORA_OP_PRODUCT) {
     HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call.where(), ": reduce op ", op,
@@ -296,10 +228,12 @@ void checkOp(const Call &call, int op, DType dtype, Device device, double presca
                  "floating-point tensors only");
     }
   }
-  if (dtype == DType::kInt16 && !device.isCpu()) {
-    HORA_THROW(HORA_ERR_UNSUPPORTED, call.where(), ": int16 on ", device.str(),
-               " cannot be reduced: NCCL has no 16-bit integer type (reduce it as int32, or on "
-               "the CPU)");
+  if (!device.isCpu()) {  // the device plane's own rule (int16: NCCL has no such type)
+    const std::string why = devices::whyNotReduced(dtype);
+    if (!why.empty()) {
+      HORA_THROW(HORA_ERR_UNSUPPORTED, call.where(), ": ", dtypeName(dtype), " on ",
+                 device.str(), " cannot be reduced: ", why);
+    }
   }
   if (!isFloating(dtype)) {
     if (op == HORA_OP_AVERAGE) {
@@ -314,114 +248,18 @@ void checkOp(const Call &call, int op, DType dtype, Device device, double presca
   }
 }
 
-constexpr size_t kMaxReasonBytes = 8192;
-
-// Tells the other ranks of the call's set that this rank refused the call before submitting it:
-// a tombstone (RequestMsg::rejected) under the call's name, or for an unnamed call the automatic
-// name it would have taken (taken now, so that this rank's later unnamed calls keep pairing with
-// the other ranks'). It negotiates like a request, and the coordinator fails the other ranks'
-// requests of the name with HORA_ERR_MISMATCH quoting `reason` (docs/faults-misuse.md). Throws
-// what the set's queue throws: DUPLICATE_NAME (a real request of the name is in flight here),
-// or the status the set stopped with.
-void enqueueTombstone(Engine &engine, Call &call, std::string reason) {
-  if (call.autoNamed && !call.nameTaken) {
-    call.name = engine.autoNames().next(call.processSet, call.op);
-    call.nameTaken = true;
-  }
-  // "allreduce 'x': input: ..." -> "input: ...": the coordinator's message names the op and name.
-  const std::string where = call.where() + ": ";
-  if (reason.compare(0, where.size(), where) == 0) reason.erase(0, where.size());
-  if (reason.empty()) reason = "(no reason given)";
-  if (reason.size() > kMaxReasonBytes) {
-    reason.resize(kMaxReasonBytes);
-    reason += "...";
-  }
-  RequestMsg msg;
-  msg.name = call.name;
-  msg.op = call.op;
-  msg.joinMode = static_cast<uint8_t>(gJoinMode.load(std::memory_order_relaxed));
-  msg.rejected = std::move(reason);
-  engine.submit(
-      std::make_shared<Request>(std::move(msg), call.processSet, std::vector<TensorArg>{}));
-}
-
-// The same for an op call's own error, which reaches its caller whatever happens here: a
-// tombstone that cannot be enqueued (the set stopped, or this rank's request of the name is in
-// flight, which is what the other ranks pair with) is dropped.
-void tellRefusal(Engine &engine, Call &call, std::string reason) noexcept {
-  try {
-    try {
-      enqueueTombstone(engine, call, std::move(reason));
-    } catch (const Error &e) {
-      HORA_LOG(kDebug) << call.where() << ": the other ranks were not told of this refusal: "
-                       << e.message();
-    }
-  } catch (...) {  // out of memory, even for the log line
-  }
-}
-
-// Runs `body`, the part of an op call after its set and name are known (makeCall). An error it
-// throws goes to the caller as usual, and first to the set's other ranks (tellRefusal), whose
-// requests of the name would otherwise wait for this rank forever. Not a duplicate name: this
-// rank's request of that name, in flight, is the one the others pair with.
-template <typename F>
-void tellingRefusals(Engine &engine, Call &call, F &&body) {
-  try {
-    body();
-  } catch (const Error &e) {
-    if (e.status() != HORA_ERR_DUPLICATE_NAME) tellRefusal(engine, call, e.message());
-    throw;
-  } catch (const std::bad_alloc &) {
-    tellRefusal(engine, call, "out of memory");
-    throw;
-  } catch (const std::exception &e) {
-    tellRefusal(engine, call, std::string("internal error: ") + e.what());
-    throw;
-  }
-}
-
-// An empty name is refused as such, and told to the other ranks as an unnamed call (what the
-// caller most likely meant, and what hora_reject takes "" for).
-Call makeCall(Engine &engine, OpType op, const char *name, int32_t processSet) {
-  Call call{op, std::string(), processSet};
-  call.autoNamed = name == nullptr;
-  if (name != nullptr) {
-    const size_t len = strnlen(name, kMaxNameBytes + 1);
-    if (len > kMaxNameBytes) {
-      HORA_THROW(HORA_ERR_INVALID_ARGUMENT, opTypeName(op), ": tensor name is longer than ",
-                 kMaxNameBytes, " bytes");
-    }
-    call.autoNamed = len == 0;
-    call.name.assign(name, len);
-  }
-  if (engine.processSetSize(processSet) < 0) {
-    HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call.where(), ": unknown process set ", processSet);
-  }
-  if (engine.processSetRank(processSet) < 0) {
-    HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call.where(), ": rank ", engine.topology().rank,
-               " is not a member of process set ", processSet);
-  }
-  if (name != nullptr && call.autoNamed) {
-    tellingRefusals(engine, call, [op] {
-      HORA_THROW(HORA_ERR_INVALID_ARGUMENT, opTypeName(op),
-                 ": tensor name is empty (pass NULL to have hora name it)");
-    });
-  }
-  return call;
-}
-
 // A collective's C entry point: the runtime, then the call's set and name, then `body(engine,
 // call)`, whose errors the set's other ranks are told of (tellingRefusals).
 template <typename F>
 hora_status_t guardedOp(OpType op, const char *name, int32_t processSet, F &&body) {
   return guarded([&] {
     std::shared_ptr<Engine> engine = requireEngine(opTypeName(op));
-    Call call = makeCall(*engine, op, name, processSet);
+    OpCall call = makeCall(*engine, op, name, processSet);
     tellingRefusals(*engine, call, [&] { body(*engine, call); });
   });
 }
 
-void checkRequestPtr(const Call &call, hora_request_t *request_p) {
+void checkRequestPtr(const OpCall &call, hora_request_t *request_p) {
   if (request_p == nullptr) {
     HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call.where(), ": request_p is NULL");
   }
@@ -429,27 +267,18 @@ void checkRequestPtr(const Call &call, hora_request_t *request_p) {
 
 // Takes the call's name (moved into the request). A failure to enqueue leaves the name taken
 // in `call`, for the tombstone that tells the other ranks (tellingRefusals).
-void submit(Engine &engine, Call &call, RequestMsg msg, std::vector<TensorArg> tensors,
+void submit(Engine &engine, OpCall &call, RequestMsg msg, std::vector<TensorArg> tensors,
             hora_request_t *request_p) {
-#if HORA_HAVE_NCCL
   // The device work waits for what this thread had queued on its stream when it submitted.
   std::shared_ptr<void> ready;
-  if (!msg.device.isCpu()) ready = nccl_device::recordEvent(msg.device.id, tlsCudaStream);
-#endif
-  msg.name = call.autoNamed ? engine.autoNames().next(call.processSet, call.op) : std::move(call.name);
-  msg.op = call.op;
-  msg.joinMode = static_cast<uint8_t>(gJoinMode.load(std::memory_order_relaxed));
-  auto request = std::make_shared<Request>(std::move(msg), call.processSet, std::move(tensors));
-#if HORA_HAVE_NCCL
+  if (!msg.device.isCpu()) ready = devices::recordCallerWork(msg.device.id, tlsCudaStream);
+  RequestPtr request = makeRequest(engine, call, std::move(msg), std::move(tensors));
   request->readyEvent = std::move(ready);
-#endif
   const uintptr_t token = handles().add(request);
   try {
-    engine.submit(request);
+    submitCall(engine, call, request);
   } catch (...) {
     handles().remove(token);
-    call.name = request->name();
-    call.nameTaken = call.autoNamed;
     throw;
   }
   *request_p = toHandle(token);
@@ -459,7 +288,7 @@ void submit(Engine &engine, Call &call, RequestMsg msg, std::vector<TensorArg> t
 // where its tensors lie, in pieces, on every path), so an output may share memory with nothing
 // but its own input, and only as that same tensor (in place). Anything else would be a silently
 // wrong result on some paths: refused, naming both tensors. O(n log n) in the number of tensors.
-void checkAllreduceOverlaps(const Call &call, const std::vector<TensorArg> &tensors, DType dtype) {
+void checkAllreduceOverlaps(const OpCall &call, const std::vector<TensorArg> &tensors, DType dtype) {
   const size_t esize = dtypeSize(dtype);
   const int n = static_cast<int>(tensors.size());
   auto span = [&](const void *p, int64_t numel) {
@@ -515,7 +344,7 @@ void checkAllreduceOverlaps(const Call &call, const std::vector<TensorArg> &tens
   }
 }
 
-void allreduceImpl(Engine &engine, Call &call, int n, const DLTensor *inputs, DLTensor *outputs,
+void allreduceImpl(Engine &engine, OpCall &call, int n, const DLTensor *inputs, DLTensor *outputs,
                    int op, double prescale, double postscale, hora_request_t *request_p) {
   checkRequestPtr(call, request_p);
   if (n < 1) HORA_THROW(HORA_ERR_INVALID_ARGUMENT, call.where(), ": ", n, " tensors");
@@ -563,77 +392,29 @@ using namespace hora;
 extern "C" {
 
 hora_status_t hora_init(void) {
-  return guarded([] {
-    std::lock_guard<std::mutex> lifecycle(gLifecycle);
-    std::shared_ptr<Engine> old = currentEngine();
-    if (old && old->running()) return;
-    if (old) {  // stopped on its own (a peer shut down, or a fatal error): reap it first
-      old->shutdown();
-      std::lock_guard<std::mutex> lock(gEngineMutex);
-      gEngine.reset();
-    }
-    KnobReport report;
-    Knobs knobs = Knobs::fromEnvironment(&report);
-    setLogLevel(knobs.logLevel);
-    std::shared_ptr<Engine> engine;
-    const auto deadline = std::chrono::steady_clock::now() +
-                          std::chrono::milliseconds(static_cast<int64_t>(knobs.timeoutS * 1000.0));
-    takeElasticFormationAbandoned();  // what earlier runtimes saw is not this one's
-    for (;;) {
-      try {
-        engine = startRuntime(knobs);
-        break;
-      } catch (const Error &e) {
-        // An elastic worker whose world the agents gave up on while it formed (a member died
-        // before joining it): join the next one, as a worker that asked late would.
-        if (takeElasticFormationAbandoned() && std::chrono::steady_clock::now() < deadline) {
-          HORA_LOG(kInfo) << "elastic: the world this worker was joining is being replaced ("
-                          << e.message() << "); joining the next one";
-          continue;
-        }
-        logKnobNotes(report);  // no world, no rank: a misspelt knob may be why, so every rank says it
-        throw;
-      } catch (...) {
-        logKnobNotes(report);
-        throw;
-      }
-    }
-    // One copy per host: a host's ranks share their launcher's environment.
-    if (engine->topology().localRank == 0) logKnobNotes(report);
-    // Registered after the first start, so it runs before any exit handler MPI registered then.
-    std::call_once(gAtExitOnce, [] { std::atexit(stopAtExit); });
-    std::lock_guard<std::mutex> lock(gEngineMutex);
-    gEngine = std::move(engine);
-  });
+  return guarded([] { initRuntime(); });
 }
 
 hora_status_t hora_shutdown(void) {
   return guarded([] {
-    std::lock_guard<std::mutex> lifecycle(gLifecycle);
-    std::shared_ptr<Engine> engine = currentEngine();
-    if (!engine) HORA_THROW(HORA_ERR_NOT_INITIALIZED, "hora_shutdown: hora is not initialized");
-    engine->shutdown();
-    std::lock_guard<std::mutex> lock(gEngineMutex);
-    gEngine.reset();
+    if (!shutdownRuntime()) HORA_THROW(HORA_ERR_NOT_INITIALIZED, "hora_shutdown: hora is not initialized");
   });
 }
 
 int hora_is_initialized(void) {
-  std::shared_ptr<Engine> e = currentEngine();
+  std::shared_ptr<Engine> e = currentRuntime();
   return e && e->running() ? 1 : 0;
 }
 
 int hora_elastic_world_changed(void) {
   int changed = 0;
-  const hora_status_t status = guarded([&] {
-    if (currentEngine()) changed = elasticWorldChanged();
-  });
+  const hora_status_t status = guarded([&] { changed = runtimeWorldChanged(); });
   return status == HORA_SUCCESS ? changed : -1;
 }
 
 #define HORA_TOPOLOGY_GETTER(fn, field)            \
   int fn(void) {                                   \
-    std::shared_ptr<Engine> e = currentEngine();   \
+    std::shared_ptr<Engine> e = currentRuntime();   \
     return e ? e->topology().field : -1;           \
   }
 HORA_TOPOLOGY_GETTER(hora_rank, rank)
@@ -648,7 +429,7 @@ hora_status_t hora_allreduce_async(const char *name, const DLTensor *input, DLTe
                                    hora_reduce_op_t op, double prescale, double postscale,
                                    int32_t process_set, hora_request_t *request_p) {
   const int opv = rawOp(&op);
-  return guardedOp(OpType::kAllreduce, name, process_set, [&](Engine &engine, Call &call) {
+  return guardedOp(OpType::kAllreduce, name, process_set, [&](Engine &engine, OpCall &call) {
     allreduceImpl(engine, call, 1, input, output, opv, prescale, postscale, request_p);
   });
 }
@@ -658,14 +439,14 @@ hora_status_t hora_grouped_allreduce_async(const char *name, int n, const DLTens
                                            double postscale, int32_t process_set,
                                            hora_request_t *request_p) {
   const int opv = rawOp(&op);
-  return guardedOp(OpType::kAllreduce, name, process_set, [&](Engine &engine, Call &call) {
+  return guardedOp(OpType::kAllreduce, name, process_set, [&](Engine &engine, OpCall &call) {
     allreduceImpl(engine, call, n, inputs, outputs, opv, prescale, postscale, request_p);
   });
 }
 
 hora_status_t hora_broadcast_async(const char *name, DLTensor *tensor, int root,
                                    int32_t process_set, hora_request_t *request_p) {
-  return guardedOp(OpType::kBroadcast, name, process_set, [&](Engine &engine, Call &call) {
+  return guardedOp(OpType::kBroadcast, name, process_set, [&](Engine &engine, OpCall &call) {
     checkRequestPtr(call, request_p);
     Parsed t = parseTensor(call, "tensor", tensor);
     const int size = engine.processSetSize(process_set);
@@ -684,7 +465,7 @@ hora_status_t hora_broadcast_async(const char *name, DLTensor *tensor, int root,
 
 hora_status_t hora_allgather_async(const char *name, const DLTensor *input, int32_t process_set,
                                    hora_request_t *request_p) {
-  return guardedOp(OpType::kAllgather, name, process_set, [&](Engine &engine, Call &call) {
+  return guardedOp(OpType::kAllgather, name, process_set, [&](Engine &engine, OpCall &call) {
     checkRequestPtr(call, request_p);
     Parsed t = parseRowsTensor(call, input);
     RequestMsg msg;
@@ -697,7 +478,7 @@ hora_status_t hora_allgather_async(const char *name, const DLTensor *input, int3
 
 hora_status_t hora_alltoall_async(const char *name, const DLTensor *input, const int64_t *splits,
                                   int32_t process_set, hora_request_t *request_p) {
-  return guardedOp(OpType::kAlltoall, name, process_set, [&](Engine &engine, Call &call) {
+  return guardedOp(OpType::kAlltoall, name, process_set, [&](Engine &engine, OpCall &call) {
     checkRequestPtr(call, request_p);
     Parsed t = parseRowsTensor(call, input);
     const int size = engine.processSetSize(process_set);
@@ -735,7 +516,7 @@ hora_status_t hora_reducescatter_async(const char *name, const DLTensor *input,
                                        hora_reduce_op_t op, int32_t process_set,
                                        hora_request_t *request_p) {
   const int opv = rawOp(&op);
-  return guardedOp(OpType::kReducescatter, name, process_set, [&](Engine &engine, Call &call) {
+  return guardedOp(OpType::kReducescatter, name, process_set, [&](Engine &engine, OpCall &call) {
     checkRequestPtr(call, request_p);
     Parsed t = parseRowsTensor(call, input);
     checkOp(call, opv, t.dtype, t.device, 1.0, 1.0);
@@ -791,7 +572,7 @@ hora_status_t hora_wait(hora_request_t request) {
   return guarded([&] {
     RequestPtr r = liveRequest(request, "hora_wait");
     if (!r->done()) {
-      if (std::shared_ptr<Engine> engine = currentEngine()) engine->drive(*r);
+      if (std::shared_ptr<Engine> engine = currentRuntime()) engine->drive(*r);
     }
     Status status = r->wait();
     if (!status.ok()) throw Error(status.code, status.message, __FILE__, __LINE__);
@@ -802,7 +583,7 @@ hora_status_t hora_cuda_wait(hora_request_t request, void *stream) {
   return guarded([&] {
     RequestPtr r = liveRequest(request, "hora_cuda_wait");
     if (!r->done()) {
-      if (std::shared_ptr<Engine> engine = currentEngine()) engine->drive(*r);
+      if (std::shared_ptr<Engine> engine = currentRuntime()) engine->drive(*r);
     }
     Status status = r->waitOnStream(stream);
     if (!status.ok()) throw Error(status.code, status.message, __FILE__, __LINE__);
@@ -850,7 +631,7 @@ hora_status_t hora_process_set_create(const int *ranks, int nranks, int32_t *id_
   return guarded([&] {
     auto engine = requireEngine("hora_process_set_create");
     // Collective over the world, named by call order: a refusal takes its name (tellingRefusals).
-    Call call = makeCall(*engine, OpType::kProcessSetCreate, nullptr, 0);
+    OpCall call = makeCall(*engine, OpType::kProcessSetCreate, nullptr, 0);
     std::vector<int64_t> sorted;
     tellingRefusals(*engine, call, [&] {
       if (ranks == nullptr || id_p == nullptr) {
@@ -883,7 +664,7 @@ hora_status_t hora_process_set_create(const int *ranks, int nranks, int32_t *id_
 hora_status_t hora_process_set_destroy(int32_t id) {
   return guarded([&] {
     auto engine = requireEngine("hora_process_set_destroy");
-    Call call = makeCall(*engine, OpType::kProcessSetDestroy, nullptr, 0);
+    OpCall call = makeCall(*engine, OpType::kProcessSetDestroy, nullptr, 0);
     tellingRefusals(*engine, call, [&] {
       if (id == 0) {
         HORA_THROW(HORA_ERR_INVALID_ARGUMENT,
@@ -913,23 +694,21 @@ hora_status_t hora_process_set_abort(int32_t id, hora_status_t status, const cha
 }
 
 int hora_process_set_rank(int32_t id) {
-  std::shared_ptr<Engine> e = currentEngine();
+  std::shared_ptr<Engine> e = currentRuntime();
   return e ? e->processSetRank(id) : -1;
 }
 
 int hora_process_set_size(int32_t id) {
-  std::shared_ptr<Engine> e = currentEngine();
+  std::shared_ptr<Engine> e = currentRuntime();
   return e ? e->processSetSize(id) : -1;
 }
 
 hora_status_t hora_cuda_set_stream(void *stream) {
   return guarded([stream] {
-#if HORA_HAVE_NCCL
+    if (!devices::available()) {
+      HORA_THROW(HORA_ERR_UNSUPPORTED, "hora_cuda_set_stream: this build has no NCCL backend");
+    }
     tlsCudaStream = stream;
-#else
-    (void)stream;
-    HORA_THROW(HORA_ERR_UNSUPPORTED, "hora_cuda_set_stream: this build has no NCCL backend");
-#endif
   });
 }
 
@@ -963,7 +742,7 @@ hora_status_t hora_reject(const char *op, const char *name, int32_t process_set,
                  "' is not one of allreduce, grouped_allreduce, allgather, broadcast, alltoall, "
                  "reducescatter");
     }
-    Call call = makeCall(*engine, found->second,
+    OpCall call = makeCall(*engine, found->second,
                          name != nullptr && name[0] == '\0' ? nullptr : name, process_set);
     enqueueTombstone(*engine, call, reason != nullptr ? reason : "");
   });
@@ -975,7 +754,7 @@ hora_status_t hora_set_join_mode(int mode) {
       HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "hora_set_join_mode: mode ", mode,
                  " is neither HORA_JOIN_ZERO_FILL (0) nor HORA_JOIN_ALLREDUCE_ONLY (1)");
     }
-    gJoinMode.store(mode, std::memory_order_relaxed);
+    setProcessJoinMode(static_cast<uint8_t>(mode));
   });
 }
 

@@ -18,7 +18,9 @@
 #include "backends/gloo/gloo_backend.h"
 #include "bootstrap/env/gloo_group.h"
 #endif
+#include "backends/nccl/nccl_plan.h"
 #if HORA_HAVE_NCCL
+#include "backends/nccl/nccl_device.h"
 #include "backends/nccl/nccl_executor.h"
 #endif
 #if HORA_HAVE_UCX
@@ -164,6 +166,32 @@ int defaultCudaDevice(int localRank) {
   return defaultCudaDevice(gpu::cudaDeviceApi(), localRank);
 #else
   (void)localRank;
+  HORA_THROW(HORA_ERR_UNSUPPORTED, "a CUDA tensor, but this build has no NCCL backend");
+#endif
+}
+
+bool haveDevicePlane() { return HORA_HAVE_NCCL != 0; }
+
+std::string whyNoCudaDevice(int device) {
+#if HORA_HAVE_NCCL
+  return whyNoCudaDevice(gpu::cudaDeviceApi(), device);
+#else
+  (void)device;
+  return "this build has no NCCL backend (configure with -Dnccl=enabled where CUDA and NCCL are "
+         "installed); pass CPU tensors";
+#endif
+}
+
+std::string whyCudaCannotReduce(DType dtype) {
+  const char *why = nccl_plan::whyNotReduced(dtype);
+  return why != nullptr ? why : "";
+}
+
+std::shared_ptr<void> recordCallerWork(int device, void *stream) {
+#if HORA_HAVE_NCCL
+  return nccl_device::recordEvent(device, stream);
+#else
+  (void)device, (void)stream;
   HORA_THROW(HORA_ERR_UNSUPPORTED, "a CUDA tensor, but this build has no NCCL backend");
 #endif
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "base/knobs.h"
 #include "bootstrap/bootstrap.h"
@@ -25,6 +26,20 @@ std::unique_ptr<DeviceExecutor> createDeviceExecutor(ControlPlane &control, int 
 int defaultCudaDevice(int localRank);
 // The calling thread's CUDA context, put back when the result is dropped (null without NCCL).
 std::shared_ptr<void> keepCudaContext();
+
+// The device plane's rules for a CUDA tensor, asked before its call is submitted, so that the
+// refusal is this rank's own (told to the other ranks under the call's name, as a tombstone)
+// instead of a failure of the whole set later. Whether this build has a device plane (NCCL).
+bool haveDevicePlane();
+// Why a tensor on CUDA device `device` cannot be used in this process ("" when it can): no such
+// device, or a build without NCCL.
+std::string whyNoCudaDevice(int device);
+// Why the device plane cannot reduce `dtype` ("" when it can).
+std::string whyCudaCannotReduce(DType dtype);
+// An event recorded on the caller's `stream` of `device` (nullptr: the legacy default stream):
+// the caller's work so far, which the device work waits for (Request::readyEvent). Leaves the
+// calling thread's CUDA context as it was. Throws Error(UNSUPPORTED) in a build without NCCL.
+std::shared_ptr<void> recordCallerWork(int device, void *stream);
 
 // A world of one: copies.
 std::unique_ptr<Backend> createSelfBackend();

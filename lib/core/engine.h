@@ -2,6 +2,7 @@
 // The runtime: the world, and one SetEngine per process set (set 0 is every rank).
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -54,6 +55,13 @@ class Engine final : private SetOpHandler {
   // Names for unnamed requests, counted from this runtime's start.
   AutoNames &autoNames() { return autoNames_; }
 
+  // Any thread: the join mode (HORA_JOIN_ZERO_FILL, HORA_JOIN_ALLREDUCE_ONLY) every request this
+  // rank submits from now on carries to the coordinator (RequestMsg::joinMode). A setting of the
+  // process (hora_set_join_mode, also before hora_init): the composition root hands it to each
+  // runtime it starts and forwards a change to the running one.
+  uint8_t joinMode() const { return joinMode_.load(std::memory_order_relaxed); }
+  void setJoinMode(uint8_t mode) { joinMode_.store(mode, std::memory_order_relaxed); }
+
   // hora_timeline_start/stop and HORA_TIMELINE: this rank's file; every set's engine records in it.
   Timeline &timeline();
 
@@ -65,8 +73,9 @@ class Engine final : private SetOpHandler {
   bool stopAll(const std::chrono::milliseconds *limit);
 
   const Knobs knobs_;
-  const std::shared_ptr<Fabric> fabric_;
-  AutoNames autoNames_;  // what the world, its groups and their backends come from
+  const std::shared_ptr<Fabric> fabric_;  // what the world, its groups and their backends come from
+  std::atomic<uint8_t> joinMode_{HORA_JOIN_ZERO_FILL};
+  AutoNames autoNames_;
   // Made on the world thread during start(); outlives every set's thread, which records in it.
   std::unique_ptr<Timeline> timeline_;
   std::unique_ptr<FlightRecorder> flight_;  // the same

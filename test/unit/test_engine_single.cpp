@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "api/runtime.h"
+#include "core/refusals.h"
 
 namespace hora {
 namespace {
@@ -146,6 +147,50 @@ TEST(EngineSingle, DuplicateNamesAndSubmitAfterShutdown) {
   } catch (const Error &e) {
     EXPECT_EQ(e.status(), HORA_ERR_SHUT_DOWN);
   }
+}
+
+// The refusal protocol (core/refusals.h) as any front-end uses it: a refused unnamed call uses
+// up the automatic name it would have taken (its tombstone carries it), so the next unnamed call
+// takes the one after; requests carry the engine's join mode.
+TEST(EngineSingle, RefusalsUseUpTheNameAndRequestsCarryTheJoinMode) {
+  auto engine = startRuntime(singleKnobs());
+  engine->setJoinMode(HORA_JOIN_ALLREDUCE_ONLY);
+
+  OpCall refused = makeCall(*engine, OpType::kAllreduce, nullptr, 0);
+  EXPECT_EQ(refused.where(), "allreduce (unnamed)");
+  try {
+    tellingRefusals(*engine, refused, [] { HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "bad input"); });
+    FAIL() << "the refusal was swallowed";
+  } catch (const Error &e) {
+    EXPECT_EQ(e.status(), HORA_ERR_INVALID_ARGUMENT);
+  }
+  EXPECT_TRUE(refused.nameTaken);
+  EXPECT_EQ(refused.name, "allreduce.noname.0");
+
+  std::vector<float> in(4, 1.0f), out(4);
+  OpCall call = makeCall(*engine, OpType::kAllreduce, nullptr, 0);
+  RequestMsg m;
+  m.dtype = DType::kFloat32;
+  m.shapes = {{4}};
+  RequestPtr r = makeRequest(*engine, call, m, {{in.data(), out.data(), 4}});
+  EXPECT_EQ(r->name(), "allreduce.noname.1");
+  EXPECT_EQ(r->msg().joinMode, HORA_JOIN_ALLREDUCE_ONLY);
+  submitCall(*engine, call, r);
+  EXPECT_TRUE(r->wait().ok()) << r->wait().message;
+
+  try {
+    makeCall(*engine, OpType::kAllreduce, "", 0);
+    FAIL() << "an empty name was taken";
+  } catch (const Error &e) {
+    EXPECT_EQ(e.message(), "allreduce: tensor name is empty (pass NULL to have hora name it)");
+  }
+  try {
+    makeCall(*engine, OpType::kBroadcast, "x", 7);
+    FAIL() << "an unknown set was taken";
+  } catch (const Error &e) {
+    EXPECT_EQ(e.message(), "broadcast 'x': unknown process set 7");
+  }
+  engine->shutdown();
 }
 
 TEST(EngineSingle, ShutdownCompletesEverythingQueued) {

@@ -848,6 +848,20 @@ TEST(NcclExecutor, DefaultDeviceIsTheLocalRankModuloTheGpus) {
   }
 }
 
+// The rule a CUDA tensor's call is refused by before submission: the end of "input is on cuda:N,
+// but ...".
+TEST(NcclExecutor, WhyNoCudaDeviceSaysHowManyOrCudasReason) {
+  FakeCluster cluster;
+  FakeDevice dev(cluster, 0, /*deviceCount=*/2);
+  EXPECT_EQ(whyNoCudaDevice(dev, 0), "");
+  EXPECT_EQ(whyNoCudaDevice(dev, 1), "");
+  EXPECT_EQ(whyNoCudaDevice(dev, 2), "this process sees 2 CUDA devices");
+  EXPECT_EQ(whyNoCudaDevice(dev, -1), "this process sees 2 CUDA devices");
+  dev.setDeviceCount(0);
+  dev.setWhyNoDevice("no CUDA-capable device is detected");
+  EXPECT_EQ(whyNoCudaDevice(dev, 0), "no CUDA-capable device is detected");
+}
+
 TEST(NcclExecutor, TeardownNeverThrowsAndFreesWhatItMade) {
   Ranks ranks(1);
   ranks.start();

@@ -64,8 +64,8 @@ TEST(NcclPlan, BoolReducesAsMaxOrMinOfBytes) {
   }
 }
 
-// NCCL has no 16-bit integer type: every int16 reduction is refused (the C API refuses it at
-// submission already; this is the backend's own guard).
+// NCCL has no 16-bit integer type: every int16 reduction is refused (refused at submission
+// already, through whyNotReduced; this is the backend's own guard).
 TEST(NcclPlan, Int16ReductionsAreRefused) {
   for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct,
                       ReduceOp::kAverage}) {
@@ -78,6 +78,18 @@ TEST(NcclPlan, Int16ReductionsAreRefused) {
       EXPECT_NE(e.message().find("NCCL"), std::string::npos) << e.message();
     }
   }
+}
+
+// The rule asked before submission agrees with the plan: int16 alone is refused, with the words
+// the caller's message ends with.
+TEST(NcclPlan, WhyNotReducedNamesInt16Only) {
+  for (DType t : {DType::kUInt8, DType::kInt8, DType::kInt32, DType::kInt64, DType::kFloat16,
+                  DType::kBFloat16, DType::kFloat32, DType::kFloat64, DType::kBool}) {
+    EXPECT_EQ(whyNotReduced(t), nullptr) << dtypeName(t);
+  }
+  ASSERT_NE(whyNotReduced(DType::kInt16), nullptr);
+  EXPECT_STREQ(whyNotReduced(DType::kInt16),
+               "NCCL has no 16-bit integer type (reduce it as int32, or on the CPU)");
 }
 
 TEST(NcclPlan, PlainReductionsAreNcclsOwnWithNoPass) {

@@ -47,8 +47,8 @@ cudaEvent_t cudaEvent(EventHandle e) { return static_cast<cudaEvent_t>(e); }
 ncclComm_t ncclCommOf(CommHandle c) { return static_cast<ncclComm_t>(c); }
 ncclRedOp_t ncclOp(RedOp op) { return static_cast<ncclRedOp_t>(op); }
 
-// ncclInvalidArgument for a dtype NCCL has no type for (int16: the C API refuses to reduce it
-// on a GPU, and the byte-wise calls never ask).
+// ncclInvalidArgument for a dtype NCCL has no type for (int16: its reductions are refused at
+// submission, nccl_plan::whyNotReduced, and the byte-wise calls never ask).
 bool toNccl(DType t, ncclDataType_t *out) noexcept {
   try {
     *out = static_cast<ncclDataType_t>(nccl_plan::ncclType(t));

@@ -1189,6 +1189,13 @@ int defaultCudaDevice(gpu::DeviceApi &api, int localRank) {
   return localRank % gpus;
 }
 
+std::string whyNoCudaDevice(gpu::DeviceApi &api, int device) {
+  const int gpus = api.deviceCount();
+  if (device >= 0 && device < gpus) return "";
+  const std::string why = api.whyNoDevice();
+  return why.empty() ? detail::concat("this process sees ", gpus, " CUDA devices") : why;
+}
+
 std::unique_ptr<DeviceExecutor> createNcclExecutor(gpu::DeviceApi &api, ControlPlane &control,
                                                    int device, double timeoutS, DeviceHooks hooks) {
   NcclOptions options;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "backends/nccl/device_api.h"
 #include "core/control_plane.h"
@@ -38,5 +39,10 @@ std::unique_ptr<DeviceExecutor> createNcclExecutor(gpu::DeviceApi &api, ControlP
 // The GPU of a rank none of whose tensors named one (it joined before its first CUDA op): its
 // local rank modulo the visible GPUs. Throws Error(HORA_ERR_BACKEND) without a GPU.
 int defaultCudaDevice(gpu::DeviceApi &api, int localRank);
+
+// Why a tensor on CUDA device `device` cannot be used in this process, as the end of the message
+// that refuses its call before it is submitted ("input is on cuda:3, but ..."): CUDA's reason
+// when no device is visible, else how many this process sees; "" when the device is there.
+std::string whyNoCudaDevice(gpu::DeviceApi &api, int device);
 
 }  // namespace hora

@@ -21,10 +21,16 @@ NcclType ncclType(DType t) {
     case DType::kBool: return NcclType::kUint8;  // reduced by max (OR) and min (AND)
     case DType::kInt16: break;
   }
-  // int16 moves as bytes (broadcast, allgather, alltoall are byte-wise); the C API refuses to
-  // reduce it on a GPU before it gets here.
+  // int16 moves as bytes (broadcast, allgather, alltoall are byte-wise); a reduction of it is
+  // refused before it is submitted (whyNotReduced, asked through the registry).
   HORA_THROW(HORA_ERR_UNSUPPORTED, "no NCCL type for ", dtypeName(t),
              " (NCCL has no 16-bit integer type)");
+}
+
+const char *whyNotReduced(DType t) {
+  return t == DType::kInt16
+             ? "NCCL has no 16-bit integer type (reduce it as int32, or on the CPU)"
+             : nullptr;
 }
 
 AllreducePlan planAllreduce(DType dtype, ReduceOp op, double prescale, double postscale,

@@ -21,6 +21,12 @@ enum class NcclOp : int { kSum = 0, kProd = 1, kMax = 2, kMin = 3, kAvg = 4 };
 // through the byte-wise calls.
 NcclType ncclType(DType t);
 
+// Why NCCL cannot reduce `t`, as the end of the message that refuses such a call before it is
+// submitted ("int16 on cuda:0 cannot be reduced: ..."), or nullptr where it can: int16, which
+// has no NCCL type. The other dtypes' rules (average and scale factors on integers, bool) are
+// the same on every device and are not the backend's.
+const char *whyNotReduced(DType t);
+
 // How one allreduce (of a fused buffer or a single tensor) runs, given the op the engine agreed
 // on (kAverage kept as such), its scale factors, and how many ranks contribute data (joined
 // ranks do not: the average's divisor is theirs).

@@ -186,7 +186,7 @@ class EnvWorld final : public Bootstrap {
   // The world's update key is watched from the moment this worker has its place: the agents
   // set it when a member dies before the world has formed (or a newer world is wanted), and every
   // wait of the formation (the rendezvous, the mesh's addresses, its barriers) then ends at once;
-  // hora_init joins the next world (hora_api.cpp).
+  // hora_init joins the next world (initRuntime, api/runtime.cpp).
   void formElastic(LaunchConfig config) {
     const StoreSecurity security = storeSecurityFromEnvironment();
     auto agents = std::make_shared<TcpStoreClient>(config.masterAddr, config.masterPort, timeoutS_,
