@@ -85,11 +85,11 @@ def self_test():
     comment and a string that name getenv, and the allowed file."""
     with tempfile.TemporaryDirectory() as tmp:
         files = {
-            "lib/core/engine.cpp": 'int a = 1;\nconst char *v = std::getenv("HORA_X");\n',
+            "lib/core/engine.cpp": 'int a = 1;\nconst char *v = std::getenv("HORA_TIMEOUT_S");\n',
             "lib/backends/x.h": "// getenv is not used here\n/* nor\n getenv */\n"
                                 'const char *s = "getenv(\\"X\\")";\nextern char **environ;\n',
             "lib/bootstrap/y.cpp": "auto v = ::secure_getenv(name);\nint getenvironment = 0;\n",
-            "lib/base/knobs.cpp": 'const char *v = std::getenv("HORA_Y");\n',
+            "lib/base/knobs.cpp": 'const char *v = std::getenv("HORA_CYCLE_TIME_MS");\n',
         }
         for rel, text in files.items():
             path = os.path.join(tmp, rel)
