@@ -107,8 +107,10 @@ struct KnobReport {
   std::vector<std::pair<LogLevel, std::string>> notes;
 };
 
-// HORA_* variables that are not knobs: read by hora's tools, launcher scripts and tests, never by
-// the library. Set in a job's environment, they are not misspelt knobs.
+// HORA_* variables that are not knobs: read by hora's tools, launcher scripts and tests; the
+// library reads only horarun's launch variables (HORA_AGENT_STORE, HORA_STORE_PREFIX,
+// HORA_ELASTIC*) and HORA_TEST_AT, through environmentValue, and no setting. Set in a job's
+// environment, they are not misspelt knobs.
 struct OtherVariable {
   const char *name;  // ending in '*': every name with that prefix
   const char *readBy;
