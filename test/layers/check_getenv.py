@@ -74,9 +74,10 @@ def raw_reads(root):
                 continue
             with open(path, encoding="utf-8") as f:
                 text = f.read()
+            source = text.splitlines()
             for number, line in enumerate(code_only(text).splitlines(), 1):
                 if RAW_READ.search(line):
-                    found.append((rel, number, line.strip()))
+                    found.append((rel, number, source[number - 1].strip()))
     return sorted(found)
 
 
