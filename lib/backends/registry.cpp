@@ -53,7 +53,7 @@ std::vector<Candidate> candidates(const Knobs &knobs) {
                       }
                     }
                     try {
-                      return createUcxBackend(g, knobs.timeoutS, knobs.hierarchical != "off");
+                      return createUcxBackend(g, knobs);
                     } catch (const Error &e) {
                       // Every rank learns of a failure to start together (UcxComm agrees on it
                       // before connecting), so every rank falls back alike.
@@ -76,7 +76,7 @@ std::vector<Candidate> candidates(const Knobs &knobs) {
                       *why = "the world was not formed by MPI";
                       return nullptr;
                     }
-                    return createMpiBackend(mpi->dataComm(), knobs.timeoutS);
+                    return createMpiBackend(mpi->dataComm(), knobs);
                   }});
 #endif
 #if HORA_HAVE_GLOO
@@ -85,7 +85,7 @@ std::vector<Candidate> candidates(const Knobs &knobs) {
                       *why = "the world was formed by MPI (HORA_CPU_BACKEND=gloo selects Gloo anyway)";
                       return nullptr;
                     }
-                    return createGlooBackend(g, knobs.timeoutS);
+                    return createGlooBackend(g, knobs);
                   }});
 #else
   list.push_back({"gloo", [](Bootstrap &, Group &, std::string *why) -> std::unique_ptr<Backend> {

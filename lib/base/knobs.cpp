@@ -66,6 +66,18 @@ bool isCpuList(const std::string &text) {
   return true;
 }
 
+// A whole number in [lo, hi], written without a fraction ("64", not "64.5" or "64k").
+bool parseWhole(const std::string &text, int64_t lo, int64_t hi, int64_t *out, std::string *why) {
+  double v;
+  if (!parseDouble(text, static_cast<double>(lo), static_cast<double>(hi), &v, why) ||
+      v != std::floor(v)) {
+    *why = "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+    return false;
+  }
+  *out = static_cast<int64_t>(v);
+  return true;
+}
+
 std::string showDouble(double v) {
   std::ostringstream s;
   s << v;
@@ -107,6 +119,33 @@ const std::vector<KnobSpec> kTable = {
        return parseChoice(t, {"auto", "mpi", "gloo", "ucx"}, &k.cpuBackend, why);
      },
      [](const Knobs &k) { return k.cpuBackend; }},
+    {"HORA_UCX_DIRECT_KB", "16",
+     "UCX plane: an allreduce whose (ranks - 1) x bytes are at most this many KiB goes straight "
+     "to every rank (docs/ucx.md)",
+     [](const std::string &t, Knobs &k, std::string *why) {
+       return parseWhole(t, 0, 1 << 20, &k.ucxDirectKiB, why);
+     },
+     [](const Knobs &k) { return std::to_string(k.ucxDirectKiB); }},
+    {"HORA_UCX_SMALL_KB", "64",
+     "UCX plane: largest allreduce, KiB, that runs as recursive doubling (and, across hosts, "
+     "through one rank per host); larger ones run as a ring",
+     [](const std::string &t, Knobs &k, std::string *why) {
+       return parseWhole(t, 0, 1 << 20, &k.ucxSmallKiB, why);
+     },
+     [](const Knobs &k) { return std::to_string(k.ucxSmallKiB); }},
+    {"HORA_UCX_CHUNK_KB", "256",
+     "UCX plane: the ring's and the broadcast chain's pipeline chunk, KiB",
+     [](const std::string &t, Knobs &k, std::string *why) {
+       return parseWhole(t, 1, 1 << 20, &k.ucxChunkKiB, why);
+     },
+     [](const Knobs &k) { return std::to_string(k.ucxChunkKiB); }},
+    {"HORA_UCX_SPIN_US", "50",
+     "UCX plane: how long a rank waiting in a collective polls, microseconds, before it sleeps "
+     "until UCX wakes it (0: sleeps at once)",
+     [](const std::string &t, Knobs &k, std::string *why) {
+       return parseDouble(t, 0, 1e6, &k.ucxSpinUs, why);
+     },
+     [](const Knobs &k) { return showDouble(k.ucxSpinUs); }},
     {"HORA_SHM", "auto",
      "intra-host allreduce through shared memory when every rank of a set is on one host: "
      "`auto` stages it through a shared segment; `cma` reads large tensors straight from the "
@@ -134,6 +173,24 @@ const std::vector<KnobSpec> kTable = {
        return parseChoice(t, {"auto", "on", "off"}, &k.hierarchical, why);
      },
      [](const Knobs &k) { return k.hierarchical; }},
+    {"HORA_HIER_OWNERS", "auto",
+     "ranks per host that carry the shares of a hierarchical allreduce across hosts: `auto` is "
+     "the fewest ranks any host of the set holds, a number narrows it to at most that many; `1` "
+     "is Horovod's hierarchical allreduce (docs/hierarchical.md)",
+     [](const std::string &t, Knobs &k, std::string *why) {
+       if (t == "auto") {
+         k.hierOwners = 0;
+         return true;
+       }
+       if (!parseWhole(t, 1, 1 << 16, &k.hierOwners, why)) {
+         *why = "expected auto or an integer in [1, 65536]";
+         return false;
+       }
+       return true;
+     },
+     [](const Knobs &k) {
+       return k.hierOwners == 0 ? std::string("auto") : std::to_string(k.hierOwners);
+     }},
     {"HORA_CALLER_CYCLES", "auto",
      "`auto`: a thread in `hora_wait` runs its set's cycles itself while the set's engine "
      "thread is idle (sets on one host, CPU tensors), sparing two thread hand-offs; `off`: the "
@@ -376,9 +433,9 @@ const std::vector<OtherVariable> kOtherVariables = {
     {"HORA_TEST_*",
      "the tests: HORA_TEST_TIME_SCALE (test/common/time_scale.h and .py, every timed test), "
      "HORA_TEST_WATCHDOG_S (test/multiprocess/mp_main.cpp), HORA_TEST_KEEP and HORA_TEST_X "
-     "(test/launcher, passed through horarun); read by the library through testVariable only: "
-     "HORA_TEST_AT (lib/base/test_points.h: a rank sleeps or dies at a named point) and the "
-     "Gloo plane's HORA_TEST_GLOO_* (lib/bootstrap/env/gloo_group.cpp)"},
+     "(test/launcher, passed through horarun); read by the library, through environmentValue, "
+     "only HORA_TEST_AT (lib/base/test_points.h: a rank sleeps or dies at a named point, for the "
+     "fault tests; docs/testing.md)"},
     {"HORA_SOAK_SECONDS",
      "test/multiprocess/test_soak.cpp (test/multiprocess/meson.build sets it)"},
     {"HORA_HORARUN", "test/python/harness.py (test/python/meson.build sets it)"},
@@ -394,10 +451,6 @@ const std::vector<OtherVariable> kOtherVariables = {
     {"HORA_FUZZ_CXX", "test/fuzz/run_fuzz.sh"},
     {"HORA_SUITE_CASE_S", "tools/horovod_suite.sh (each case's time limit)"},
     {"HORA_SUITE_TOTAL_S", "tools/horovod_suite.sh (the gloo mode's time limit)"},
-    {"HORA_UCX_*",
-     "tuning of the UCX plane (lib/backends/ucx; docs/ucx.md): HORA_UCX_SPIN_US (how long a wait "
-     "polls before it sleeps, 50), HORA_UCX_SMALL_KB (largest recursive-doubling allreduce, 64), "
-     "HORA_UCX_CHUNK_KB (pipeline chunk of the ring and the broadcast chain, 256)"},
     {"HORA_RESTART_COUNT",
      "set by horarun's agents for their workers (tools/horarun; docs/elastic.md): how many times "
      "a failure restarted the workers, 0 on the first start (TORCHELASTIC_RESTART_COUNT too)"},
@@ -411,11 +464,6 @@ const std::vector<OtherVariable> kOtherVariables = {
      "set by horarun's agents in an elastic job (lib/bootstrap/env/launch_config.cpp): 1 = the "
      "agents give this worker its rank, world by world (HORA_ELASTIC_ID names it)"},
     {"HORA_ELASTIC_ID", "set by horarun's agents: an elastic worker's name (see HORA_ELASTIC)"},
-    {"HORA_HIER_OWNERS",
-     "lib/backends/hier/hier_backend.cpp (docs/hierarchical.md): ranks per host that carry the "
-     "shares of a hierarchical allreduce across hosts, at most the fewest any host holds (the "
-     "default); 1 is Horovod's hierarchical allreduce (reduce to one rank per host, allreduce "
-     "among those, broadcast inside each host)"},
 };
 
 std::string upper(std::string text) {
@@ -450,8 +498,13 @@ size_t editDistance(const std::string &a, const std::string &b) {
 
 }  // namespace
 
-const char *testVariable(const char *name) {
-  HORA_ENFORCE(std::strncmp(name, "HORA_TEST_", 10) == 0, "testVariable(", name, ")");
+const char *environmentValue(const char *name) {
+  const std::string wanted = name;
+  for (const KnobSpec &spec : kTable) {
+    HORA_ENFORCE(wanted != spec.name, "environmentValue(", name, "): a knob, read through Knobs");
+  }
+  HORA_ENFORCE(wanted.rfind("HORA_", 0) != 0 || isKnownVariable(wanted), "environmentValue(", name,
+               "): a HORA_* variable that is neither a knob nor in kOtherVariables");
   return std::getenv(name);
 }
 

@@ -24,6 +24,7 @@ struct Knobs {
   std::string shm = "auto";         // auto, cma, off: the intra-host allreduce path
   std::string shmStream = "auto";   // auto, on, off: non-temporal stores into the shared segment
   std::string hierarchical = "auto";  // auto, on, off: shared memory + cross-host plane for sets spanning hosts
+  int64_t hierOwners = 0;  // ranks per host carrying a hierarchical allreduce across; 0 = auto
   std::string callerCycles = "auto";  // auto, off: a waiting thread runs its set's cycles
   std::string threadAffinity = "auto";  // auto, off, or one CPU per local rank: "0,1"
   std::string timeline;             // empty = off
@@ -39,6 +40,11 @@ struct Knobs {
   std::string bootstrap = "auto";  // auto, mpi, env, single
   std::string jobToken;   // "" = none: the env:// store and mesh trust whoever connects
   std::string storeBind;  // "" = the address MASTER_ADDR names, when it is one of this host's
+  // The UCX plane (lib/backends/ucx, docs/ucx.md).
+  int64_t ucxDirectKiB = 16;   // allreduce sends (P-1) x its bytes directly up to here
+  int64_t ucxSmallKiB = 64;    // up to here allreduce uses recursive doubling
+  int64_t ucxChunkKiB = 256;   // pipeline unit of the ring and the broadcast chain
+  double ucxSpinUs = 50;       // a wait polls this long before it sleeps
 
   // Reads every HORA_* variable and its aliases; throws Error(HORA_ERR_INVALID_ARGUMENT) naming
   // the variable, the bad value and what is accepted. With `report`, also says where each value
@@ -101,8 +107,10 @@ struct KnobReport {
   std::vector<std::pair<LogLevel, std::string>> notes;
 };
 
-// HORA_* variables that are not knobs: read by hora's tools, launcher scripts and tests, never by
-// the library. Set in a job's environment, they are not misspelt knobs.
+// HORA_* variables that are not knobs: read by hora's tools, launcher scripts and tests; the
+// library reads only horarun's launch variables (HORA_AGENT_STORE, HORA_STORE_PREFIX,
+// HORA_ELASTIC*) and HORA_TEST_AT, through environmentValue, and no setting. Set in a job's
+// environment, they are not misspelt knobs.
 struct OtherVariable {
   const char *name;  // ending in '*': every name with that prefix
   const char *readBy;
@@ -121,8 +129,13 @@ void logKnobNotes(const KnobReport &report);
 // "64M", "1GiB", "4096", "1.5k" -> bytes. false if malformed or negative.
 bool parseBytes(const std::string &text, int64_t *bytes);
 
-// A HORA_TEST_* variable (a hook for the tests, not a knob: see kOtherVariables), or nullptr when
-// unset. The one place lib/ reads the environment besides the knob table itself.
-const char *testVariable(const char *name);
+// The process environment's value of a variable that is not a knob, or nullptr when unset: a
+// launcher's (MASTER_ADDR, RANK, OMPI_*, SLURM_*, TORCHELASTIC_*), horarun's and the tests'
+// HORA_* variables of otherVariables() (HORA_AGENT_STORE, HORA_TEST_AT), or another library's
+// that hora defers to (UCX_TLS, NCCL_SOCKET_IFNAME: set, the user's choice stands). With
+// Knobs::fromEnvironment, the only reader of the environment in lib/ (test/layers/check_getenv.py
+// fails on another). A knob's name, or a HORA_* name otherVariables() does not list, is a bug
+// (HORA_ENFORCE): tuning comes through Knobs.
+const char *environmentValue(const char *name);
 
 }  // namespace hora

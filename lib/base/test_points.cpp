@@ -69,7 +69,7 @@ std::vector<Action> parse(const std::string &text) {
 
 const std::vector<Action> &actions() {
   static const std::vector<Action> *all = [] {
-    const char *text = testVariable("HORA_TEST_AT");
+    const char *text = environmentValue("HORA_TEST_AT");
     return new std::vector<Action>(text != nullptr ? parse(text) : std::vector<Action>{});
   }();
   return *all;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "base/knobs.h"
 #include "bootstrap/env/env_bootstrap.h"
 #include "bootstrap/env/launch_config.h"
 #include "hora_config.h"
@@ -16,8 +17,9 @@
 namespace hora {
 namespace {
 
+// The launcher's variables (base/knobs.h: environmentValue); empty reads as unset.
 const char *lookup(const char *name) {
-  const char *v = std::getenv(name);
+  const char *v = environmentValue(name);
   return v != nullptr && v[0] != '\0' ? v : nullptr;
 }
 

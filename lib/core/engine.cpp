@@ -15,6 +15,7 @@
 
 #include "core/affinity.h"
 #include "core/forming.h"
+#include "base/knobs.h"
 #include "base/logging.h"
 
 namespace hora {
@@ -76,7 +77,7 @@ std::pair<std::string, std::string> jobId(const std::string &run) {
     return text.substr(0, 64);
   };
   auto env = [](const char *name) -> std::string {
-    const char *v = std::getenv(name);
+    const char *v = environmentValue(name);
     return v != nullptr ? v : "";
   };
   if (std::string v = env("TORCHELASTIC_RUN_ID"); !v.empty() && v != "none") {

@@ -114,6 +114,40 @@ TEST(Knobs, ParsesValues) {
   EXPECT_EQ(fromMap({}).callerCycles, "auto");
 }
 
+// What the backends read from Knobs rather than the environment (test/layers/check_getenv.py).
+TEST(Knobs, BackendTuning) {
+  const Knobs defaults = fromMap({});
+  EXPECT_EQ(defaults.hierOwners, 0);  // auto: the fewest ranks any host holds
+  EXPECT_EQ(defaults.ucxDirectKiB, 16);
+  EXPECT_EQ(defaults.ucxSmallKiB, 64);
+  EXPECT_EQ(defaults.ucxChunkKiB, 256);
+  EXPECT_DOUBLE_EQ(defaults.ucxSpinUs, 50);
+  Knobs k = fromMap({{"HORA_HIER_OWNERS", "1"},
+                     {"HORA_UCX_DIRECT_KB", "0"},
+                     {"HORA_UCX_SMALL_KB", "1"},
+                     {"HORA_UCX_CHUNK_KB", "1"},
+                     {"HORA_UCX_SPIN_US", "2.5"}});
+  EXPECT_EQ(k.hierOwners, 1);
+  EXPECT_EQ(k.ucxDirectKiB, 0);
+  EXPECT_EQ(k.ucxSmallKiB, 1);
+  EXPECT_EQ(k.ucxChunkKiB, 1);
+  EXPECT_DOUBLE_EQ(k.ucxSpinUs, 2.5);
+  EXPECT_EQ(fromMap({{"HORA_HIER_OWNERS", "auto"}}).hierOwners, 0);
+  EXPECT_NE(errorOf({{"HORA_HIER_OWNERS", "two"}}).find("expected auto or an integer"),
+            std::string::npos);
+}
+
+// The one accessor for variables that are not knobs refuses a knob's name and an unlisted HORA_*.
+TEST(Knobs, EnvironmentValueIsNotForKnobs) {
+  EXPECT_THROW(environmentValue("HORA_TIMEOUT_S"), Error);
+  EXPECT_THROW(environmentValue("HORA_UCX_SPIN_US"), Error);
+  EXPECT_THROW(environmentValue("HORA_NO_SUCH_VARIABLE"), Error);
+  EXPECT_NO_THROW(environmentValue("HORA_TEST_AT"));
+  EXPECT_NO_THROW(environmentValue("HORA_AGENT_STORE"));
+  EXPECT_NO_THROW(environmentValue("UCX_TLS"));
+  EXPECT_EQ(environmentValue("HORA_TEST_SURELY_UNSET_VARIABLE"), nullptr);
+}
+
 TEST(Knobs, ParseBytes) {
   int64_t b = 0;
   EXPECT_TRUE(parseBytes("4096", &b));
@@ -139,7 +173,11 @@ TEST(Knobs, BadValuesNameTheKnobAndTheValue) {
       {"HORA_THREAD_AFFINITY", "on"},    {"HORA_THREAD_AFFINITY", "0,,1"},
       {"HORA_THREAD_AFFINITY", "1,"},    {"HORA_THREAD_AFFINITY", "-1"},
       {"HORA_THREAD_AFFINITY", ""},      {"HORA_SHM", "staged"},
-      {"HORA_CALLER_CYCLES", "on"}};
+      {"HORA_CALLER_CYCLES", "on"},      {"HORA_HIER_OWNERS", "two"},
+      {"HORA_HIER_OWNERS", "0"},         {"HORA_HIER_OWNERS", "2x"},
+      {"HORA_HIER_OWNERS", "1.5"},       {"HORA_UCX_SMALL_KB", "64k"},
+      {"HORA_UCX_DIRECT_KB", "-1"},      {"HORA_UCX_CHUNK_KB", "0"},
+      {"HORA_UCX_SPIN_US", "soon"}};
   for (const auto &kv : bad) {
     try {
       fromMap({{kv.first, kv.second}});

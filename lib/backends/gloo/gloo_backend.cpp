@@ -124,7 +124,8 @@ std::string hostAddress() {
 
 }  // namespace
 
-std::unique_ptr<Backend> createGlooBackend(Group &group, double timeoutS) {
+std::unique_ptr<Backend> createGlooBackend(Group &group, const Knobs &knobs) {
+  const double timeoutS = knobs.timeoutS;
   if (auto *gloo = dynamic_cast<GlooGroup *>(&group)) {
     return std::make_unique<GlooBackend>(gloo->mesh(), nullptr, nullptr);
   }

@@ -323,12 +323,9 @@ std::unique_ptr<Backend> wrapHierarchical(std::unique_ptr<Backend> inner, Bootst
   const int me = control.rank();
   const int host = layout.host[static_cast<size_t>(me)];
   const int local = layout.localIndex[static_cast<size_t>(me)];
-  // HORA_HIER_OWNERS narrows it (1: Horovod's way); the same environment on every rank.
+  // HORA_HIER_OWNERS narrows it (1: Horovod's way); the same knobs on every rank.
   int owners = layout.fewest();
-  if (const char *env = std::getenv("HORA_HIER_OWNERS")) {
-    const int asked = std::atoi(env);
-    if (asked >= 1) owners = std::min(owners, asked);
-  }
+  if (knobs.hierOwners > 0) owners = static_cast<int>(std::min<int64_t>(owners, knobs.hierOwners));
   // Both splits on every rank, in this order, whatever happens after: they are collective.
   std::unique_ptr<Group> localGroup = bootstrap.splitGroup(group, host, me);
   std::unique_ptr<Group> crossGroup = bootstrap.splitGroup(group, local < owners ? local : -1, host);

@@ -18,11 +18,12 @@ namespace hora {
 // to `inner`; otherwise returns `inner`, with the reason in *why.
 //
 // The pieces: the set's ranks on this host (a group of their own with a shared segment), and,
-// for local index l below K (the fewest ranks any host holds), the group of the ranks with local
-// index l on every host, with a CPU plane of its own chosen as any set's is (UCX by default
-// across hosts; HORA_CPU_BACKEND applies). An allreduce of N bytes then moves N/K bytes per owner
-// across hosts, K owners per host in parallel (HierAllreduce): each host's link carries about the
-// buffer once per direction, where a flat ring carries 2(P-1)/P times it through every rank.
+// for local index l below K (the fewest ranks any host holds, or fewer: HORA_HIER_OWNERS), the
+// group of the ranks with local index l on every host, with a CPU plane of its own chosen as any
+// set's is (UCX by default across hosts; HORA_CPU_BACKEND applies). An allreduce of N bytes then
+// moves N/K bytes per owner across hosts, K owners per host in parallel (HierAllreduce): each
+// host's link carries about the buffer once per direction, where a flat ring carries 2(P-1)/P
+// times it through every rank.
 std::unique_ptr<Backend> wrapHierarchical(std::unique_ptr<Backend> inner, Bootstrap &bootstrap,
                                           Group &group, const Knobs &knobs, std::string *why);
 

@@ -310,8 +310,8 @@ class MpiBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> createMpiBackend(MPI_Comm comm, double timeoutS) {
-  return std::make_unique<MpiBackend>(comm, timeoutS);
+std::unique_ptr<Backend> createMpiBackend(MPI_Comm comm, const Knobs &knobs) {
+  return std::make_unique<MpiBackend>(comm, knobs.timeoutS);
 }
 
 }  // namespace hora

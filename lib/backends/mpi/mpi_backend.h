@@ -6,10 +6,12 @@
 
 #include <memory>
 
+#include "base/knobs.h"
 #include "core/backend.h"
 
 namespace hora {
 
-std::unique_ptr<Backend> createMpiBackend(MPI_Comm comm, double timeoutS);
+// Over `comm` (the bootstrap's data communicator); waits for peers up to HORA_TIMEOUT_S.
+std::unique_ptr<Backend> createMpiBackend(MPI_Comm comm, const Knobs &knobs);
 
 }  // namespace hora

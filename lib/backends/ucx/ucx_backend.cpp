@@ -86,9 +86,8 @@ class UcxNegotiation final : public ControlPlane {
 
 class UcxBackend final : public Backend {
  public:
-  UcxBackend(Group &group, double timeoutS, bool topologyAware)
-      : comm_(group, timeoutS), negotiation_(comm_), bell_(comm_), tuning_(ucx::Tuning::fromEnvironment()) {
-    tuning_.topologyAware = topologyAware;
+  UcxBackend(Group &group, const Knobs &knobs)
+      : comm_(group, knobs), negotiation_(comm_), bell_(comm_), tuning_(ucx::Tuning::fromKnobs(knobs)) {
     // Connect every endpoint now (UCX wires up on first use) so that the first collective does not
     // pay for it, and say what UCX chose.
     std::vector<uint64_t> hello(1, ~0ull);
@@ -168,8 +167,8 @@ class UcxBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> createUcxBackend(Group &group, double timeoutS, bool topologyAware) {
-  return std::make_unique<UcxBackend>(group, timeoutS, topologyAware);
+std::unique_ptr<Backend> createUcxBackend(Group &group, const Knobs &knobs) {
+  return std::make_unique<UcxBackend>(group, knobs);
 }
 
 std::string ucxDescription() { return describeUcx(); }

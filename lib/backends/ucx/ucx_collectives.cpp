@@ -16,15 +16,6 @@ uint8_t *at(void *base, int64_t elems, size_t esize) {
   return static_cast<uint8_t *>(base) + static_cast<size_t>(elems) * esize;
 }
 
-size_t envKiB(const char *name, size_t fallback) {
-  if (const char *v = std::getenv(name)) {
-    char *end = nullptr;
-    const long kib = std::strtol(v, &end, 10);
-    if (end != v && *end == '\0' && kib >= 0) return static_cast<size_t>(kib) << 10;
-  }
-  return fallback;
-}
-
 // Chunk j of a segment [off, off + len) cut into k chunks of near-equal length.
 struct Range {
   int64_t off, len;
@@ -323,11 +314,12 @@ void binomial(int n, int r, int root, int *parent, std::vector<int> *children) {
 
 }  // namespace
 
-Tuning Tuning::fromEnvironment() {
+Tuning Tuning::fromKnobs(const Knobs &knobs) {
   Tuning t;
-  t.smallBytes = envKiB("HORA_UCX_SMALL_KB", t.smallBytes);
-  t.directBytes = envKiB("HORA_UCX_DIRECT_KB", t.directBytes);
-  t.chunkBytes = envKiB("HORA_UCX_CHUNK_KB", t.chunkBytes);
+  t.smallBytes = static_cast<size_t>(knobs.ucxSmallKiB) << 10;
+  t.directBytes = static_cast<size_t>(knobs.ucxDirectKiB) << 10;
+  t.chunkBytes = static_cast<size_t>(knobs.ucxChunkKiB) << 10;
+  t.topologyAware = knobs.hierarchical != "off";
   return t;
 }
 

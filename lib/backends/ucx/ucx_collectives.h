@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "backends/ucx/ucx_comm.h"
+#include "base/knobs.h"
 
 namespace hora::ucx {
 
@@ -42,7 +43,9 @@ struct Tuning {
   size_t smallBytes = 64 << 10;   // up to here allreduce uses recursive doubling
   size_t chunkBytes = 256 << 10;  // pipeline unit of the ring and the broadcast chain
   bool topologyAware = true;      // host-aware small ops and the per-host ring (else flat)
-  static Tuning fromEnvironment();
+  // HORA_UCX_DIRECT_KB, HORA_UCX_SMALL_KB, HORA_UCX_CHUNK_KB; topologyAware unless
+  // HORA_HIERARCHICAL=off.
+  static Tuning fromKnobs(const Knobs &knobs);
 };
 
 // In place on buf.

@@ -43,15 +43,11 @@ void onEndpointError(void *arg, ucp_ep_h, ucs_status_t status) {
   who->first->peerFailed(who->second, status);
 }
 
-// How long a wait polls before it sleeps on the event fd. A reply on this host or across a
-// fast link comes within tens of microseconds; longer waits are a peer that has not arrived.
-std::chrono::nanoseconds spinBudget() {
-  if (const char *v = std::getenv("HORA_UCX_SPIN_US")) {
-    char *end = nullptr;
-    const double us = std::strtod(v, &end);
-    if (end != v && us >= 0) return std::chrono::nanoseconds(static_cast<int64_t>(us * 1000));
-  }
-  return std::chrono::microseconds(50);
+// How long a wait polls before it sleeps on the event fd (HORA_UCX_SPIN_US). A reply on this
+// host or across a fast link comes within tens of microseconds; longer waits are a peer that has
+// not arrived.
+std::chrono::nanoseconds spinBudget(const Knobs &knobs) {
+  return std::chrono::nanoseconds(static_cast<int64_t>(knobs.ucxSpinUs * 1000));
 }
 
 void put64(std::string &out, uint64_t v) { out.append(reinterpret_cast<const char *>(&v), 8); }
@@ -74,8 +70,8 @@ bool tcpAllowed(const char *tls) {
 
 }  // namespace
 
-UcxComm::UcxComm(Group &group, double timeoutS)
-    : rank_(group.rank()), size_(group.size()), timeoutS_(timeoutS), spin_(spinBudget()) {
+UcxComm::UcxComm(Group &group, const Knobs &knobs)
+    : rank_(group.rank()), size_(group.size()), timeoutS_(knobs.timeoutS), spin_(spinBudget(knobs)) {
   if (size_ > kMaxRanks) {
     HORA_THROW(HORA_ERR_UNSUPPORTED, "the UCX plane serves at most ", kMaxRanks, " ranks, not ", size_);
   }
@@ -95,7 +91,7 @@ UcxComm::UcxComm(Group &group, double timeoutS)
   group.control().broadcastFromRoot(alone);
   std::string failed;
   try {
-    startWorker(/*eagerOnly=*/alone == "1" && std::getenv("UCX_RNDV_THRESH") == nullptr);
+    startWorker(/*eagerOnly=*/alone == "1" && environmentValue("UCX_RNDV_THRESH") == nullptr);
   } catch (const Error &e) {
     failed = e.what();
   }
@@ -125,9 +121,9 @@ void UcxComm::startWorker(bool eagerOnly) {
     // faster (median of 6 alternating runs, docs/ucx.md). Only the TCP transport has these keys
     // (UCX warns about a key no transport takes, so not where UCX_TLS rules TCP out); what the
     // user set stays.
-    if (tcpAllowed(std::getenv("UCX_TLS"))) {
-      if (std::getenv("UCX_TCP_TX_SEG_SIZE") == nullptr) ucp_config_modify(config, "TX_SEG_SIZE", "64k");
-      if (std::getenv("UCX_TCP_RX_SEG_SIZE") == nullptr) ucp_config_modify(config, "RX_SEG_SIZE", "256k");
+    if (tcpAllowed(environmentValue("UCX_TLS"))) {
+      if (environmentValue("UCX_TCP_TX_SEG_SIZE") == nullptr) ucp_config_modify(config, "TX_SEG_SIZE", "64k");
+      if (environmentValue("UCX_TCP_RX_SEG_SIZE") == nullptr) ucp_config_modify(config, "RX_SEG_SIZE", "256k");
     }
   }
   ucp_params_t params{};

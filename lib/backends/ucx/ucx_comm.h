@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "base/interrupt.h"
+#include "base/knobs.h"
 #include "core/world.h"
 
 namespace hora {
@@ -33,7 +34,8 @@ class UcxComm {
  public:
   // Collective over `group`: creates the worker, exchanges worker addresses over the group's
   // control plane, connects to every peer. Throws Error(HORA_ERR_BACKEND) naming UCX's failure.
-  UcxComm(Group &group, double timeoutS);
+  // Reads HORA_TIMEOUT_S and HORA_UCX_SPIN_US from `knobs`.
+  UcxComm(Group &group, const Knobs &knobs);
   ~UcxComm();
   UcxComm(const UcxComm &) = delete;
   UcxComm &operator=(const UcxComm &) = delete;

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "base/error.h"
+#include "base/knobs.h"
 #include "base/logging.h"
 #include "base/test_points.h"
 #include "bootstrap/env/elastic.h"
@@ -262,7 +263,7 @@ std::string interfaceOfAddress(const std::string &address) {
 }
 
 void seedNcclSocketInterface(const std::string &localAddress) {
-  if (std::getenv("NCCL_SOCKET_IFNAME") != nullptr) return;  // the user's choice stands
+  if (environmentValue("NCCL_SOCKET_IFNAME") != nullptr) return;  // the user's choice stands
   const std::string name = interfaceOfAddress(localAddress);
   if (name.empty() || name == "lo") return;
   // "=" asks NCCL for exactly this interface, not every one whose name starts so.

@@ -358,15 +358,8 @@ namespace {
 // Recursive doubling sends the whole buffer log2(size) times but takes log2(size) rounds; the
 // ring sends 2(size-1)/size of it in 2(size-1) rounds and reduces only its share. Measured on 2
 // local ranks with full-duplex transfers, the ring wins from about 64 KiB up
-// (docs/gloo-speed.md); HORA_TEST_GLOO_DOUBLING_BYTES overrides the limit for such measurements.
-size_t doublingLimit() {
-  static const long long forced = [] {
-    const char *v = testVariable("HORA_TEST_GLOO_DOUBLING_BYTES");
-    return v ? std::atoll(v) : -1LL;
-  }();
-  if (forced >= 0) return static_cast<size_t>(forced);
-  return size_t{64} << 10;
-}
+// (docs/gloo-speed.md).
+constexpr size_t kDoublingLimit = size_t{64} << 10;
 
 // The socket of each pair, found by both of its ends: Gloo does not hand it out. The local end
 // alone is not enough: where this rank connected (rather than accepted), the kernel may give two
@@ -422,16 +415,7 @@ namespace {
 
 GlooMesh::GlooMesh(std::shared_ptr<gloo::Context> context,
                    const std::vector<std::string> &peerAddresses)
-    : context_(std::move(context)), chunkBytes_(size_t{64} << 10),
-      rank_(context_->rank),
-      size_(context_->size) {
-  if (const char *v = testVariable("HORA_TEST_GLOO_CHUNK_BYTES"); v && std::atoll(v) > 0) {
-    // whole elements of any dtype
-    chunkBytes_ = std::max<size_t>(16, static_cast<size_t>(std::atoll(v)) / 16 * 16);
-  }
-  if (const char *v = testVariable("HORA_TEST_GLOO_SPIN_US"); v && *v) {
-    spinUs_ = std::chrono::microseconds(std::max(0LL, std::atoll(v)));
-  }
+    : context_(std::move(context)), rank_(context_->rank), size_(context_->size) {
   const auto timeout = context_->getTimeout();
   timeoutMs_ = timeout == gloo::kNoTimeout ? -1 : static_cast<int64_t>(timeout.count());
   for (int peer = 0; peer < size_; ++peer) {
@@ -589,7 +573,7 @@ void GlooMesh::exchange(int to, const void *send, size_t sendBytes, int from, vo
 void GlooMesh::allreduce(void *buf, size_t count, size_t elementSize, const Reduce &reduce) {
   if (size_ == 1 || count == 0) return;
   const size_t bytes = count * elementSize;
-  if (bytes <= doublingLimit() || count < static_cast<size_t>(size_)) {
+  if (bytes <= kDoublingLimit || count < static_cast<size_t>(size_)) {
     recursiveDoubling(buf, bytes, elementSize, reduce);
   } else {
     ring(buf, count, elementSize, reduce);

@@ -36,8 +36,7 @@ namespace hora {
 //
 // Messages on a pair are raw bytes matched by order (both sides know each length), so every
 // rank must issue the same collectives in the same order, from one thread at a time (the set
-// engine's cycle lock). Received data is reduced in chunks of 64 KiB
-// (HORA_TEST_GLOO_CHUNK_BYTES to try others).
+// engine's cycle lock). Received data is reduced in chunks of 64 KiB (chunkBytes_).
 class GlooMesh {
  public:
   // Combines `count` elements: dst[i] = dst[i] op src[i]. Must be commutative.
@@ -102,11 +101,11 @@ class GlooMesh {
   void ring(void *buf, size_t count, size_t elementSize, const Reduce &reduce);
 
   std::shared_ptr<gloo::Context> context_;
-  size_t chunkBytes_;
+  size_t chunkBytes_ = size_t{64} << 10;  // docs/gloo-speed.md measured the sizes around it
   int rank_;
   int size_;
   int64_t timeoutMs_;              // without progress, a transfer fails after this; -1: never
-  std::chrono::microseconds spinUs_{30};  // await(brief): HORA_TEST_GLOO_SPIN_US (0: never)
+  std::chrono::microseconds spinUs_{30};  // await(brief): how long to look (docs/gloo-speed.md)
   std::vector<int> sockets_;       // by peer rank: the pair's socket
   std::vector<std::string> peerNames_;  // by peer rank: the socket's remote address, for errors
   std::vector<uint8_t> scratch_;  // grows to the largest staging a collective has needed

@@ -30,7 +30,8 @@ struct LaunchConfig {
   std::string abandonKey;
 };
 
-// The value of an environment variable, or nullptr when unset (std::getenv, or a map in tests).
+// The value of an environment variable, or nullptr when unset (base/knobs.h's environmentValue,
+// or a map in tests).
 using EnvLookup = std::function<const char *(const char *)>;
 
 // torchrun's variables: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE required; LOCAL_RANK,
