@@ -108,13 +108,17 @@ void SetEngine::threadMain(const std::function<Parts()> &setup, std::promise<Sta
         *negotiation_, static_cast<int>(knobs_.cacheCapacity),
         StallPolicy{knobs_.stallWarningS, knobs_.stallShutdownS, id_});
     executor_ = std::make_unique<Executor>(*parts_.backend, size_, rank_);
-    timeline_ = parts_.timeline;
-    flight_ = parts_.flight;
     if (parts_.turn != nullptr) turn_ = parts_.turn;
-    executor_->setTimeline(timeline_, id_);
+    executor_->setTimeline(parts_.timeline, id_);
     watch_ = std::make_unique<StallWatch>(
         id_, rank_, size_, parts_.group->presence(), knobs_.stallWarningS, knobs_.timeoutS,
         [this](int rank, const std::string &what) { peerFailed(rank, what); });
+    // Told in this order: the watch says an op runs before it is recorded anywhere.
+    observers_.add(watchObserver(*watch_));
+    if (parts_.timeline != nullptr) {
+      observers_.add(timelineObserver(*parts_.timeline, id_, *parts_.backend));
+    }
+    if (parts_.flight != nullptr) observers_.add(flightObserver(*parts_.flight, id_));
     if (std::string why; parts_.cpu >= 0 && !bindThisThread(parts_.cpu, &why)) {
       HORA_LOG(kWarning) << "HORA_THREAD_AFFINITY: cannot bind " << threadName << " to CPU "
                          << parts_.cpu << ": " << why;
@@ -308,10 +312,7 @@ SetEngine::Cycle SetEngine::cycle(bool launches) {
     agreed = deviceOps_.size() != before;
   }
   queue_.popAll(fresh_);
-  if (!fresh_.empty() && timeline_ != nullptr && timeline_->active()) {
-    const std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now();
-    for (RequestPtr &r : fresh_) r->dequeued = now;
-  }
+  if (!fresh_.empty()) observers_.dequeued(fresh_);
   for (RequestPtr &r : fresh_) {
     const std::string_view name = r->name();  // the request's own: the key lives as long
     pending_.emplace(name, std::move(r));
@@ -324,7 +325,7 @@ SetEngine::Cycle SetEngine::cycle(bool launches) {
     return agreed ? Cycle::kAgreed : Cycle::kNothing;
   }
 
-  watch_->negotiating(++negotiations_);
+  observers_.negotiating(++negotiations_);
   // Device work runs only while this set holds the GPU's turn on every member (DeviceTurn), on
   // the set's own thread or a caller's whose CUDA context drive() keeps (`launches`).
   // Offered only with device work already agreed: every member has it, so every member is in this
@@ -379,7 +380,7 @@ SetEngine::Cycle SetEngine::cycle(bool launches) {
     turn_->wait(id_, [waker] { waker->kick(); });
   }
   if (!deviceOps_.empty()) completeDeviceOps();  // small ops may be done already
-  watch_->idle();
+  observers_.idle();
   busy_ = !pending_.empty() || !awaiting_.empty();
   return agreed || !outcome.responses.empty() ? Cycle::kAgreed : Cycle::kNothing;
 }
@@ -394,9 +395,12 @@ void SetEngine::execute(const std::vector<const Response *> &responses) {
   for (const FusionGroup &group : planFusion(responses, knobs_.fusionThreshold)) {
     standIns.clear();
     const Response &first = *responses[group.members.front()];
-    std::vector<Request *> requests;
+    ObservedOp observed;  // its requests and each one's place in the set's sequence of operations
+    observed.op = first.agreed.op;
+    observed.name = first.agreed.name;
+    std::vector<Request *> &requests = observed.requests;
+    std::vector<int64_t> &seqs = observed.seqs;
     std::vector<const Response *> members;
-    std::vector<int64_t> seqs;  // each member's place in the set's sequence of operations
     std::vector<PendingMap::iterator> owned;  // this rank's own requests among them, to finish
     requests.reserve(group.members.size());
     for (size_t m : group.members) {
@@ -406,10 +410,8 @@ void SetEngine::execute(const std::vector<const Response *> &responses) {
       if (it == pending_.end() && response.status == HORA_ERR_TIMEOUT) {
         // HORA_STALL_SHUTDOWN_S failed a name this rank never submitted: nothing to run here,
         // but the moment to keep this rank's past too
-        if (flight_ != nullptr) {
-          flight_->absent(id_, response.agreed, seq);
-          flight_->dump(response.error);
-        }
+        observers_.absent(response, seq);
+        observers_.stallShutdown(response.error);
         continue;
       }
       if (it == pending_.end() && !response.ok()) {
@@ -432,19 +434,7 @@ void SetEngine::execute(const std::vector<const Response *> &responses) {
       }
     }
     if (requests.empty()) continue;
-    const char *opName = opSpec(first.agreed.op).name;
-    watch_->running(opName, first.agreed.name, seqs.front());
-    const bool traced = timeline_ != nullptr && timeline_->active();
-    const Timeline::Clock::time_point began = traced ? Timeline::Clock::now() : Timeline::Clock::time_point{};
-    if (flight_ != nullptr) {
-      const FlightRecorder::Clock::time_point now = FlightRecorder::Clock::now();
-      for (size_t i = 0; i < requests.size(); ++i) {
-        if (requests[i]->isStandIn()) {
-          requests[i]->flightId = flight_->submitted(id_, members[i]->agreed, requests[i]->bytes(), now);
-        }
-        flight_->started(requests[i]->flightId, seqs[i], now);
-      }
-    }
+    observers_.started(observed, members);
     Status status;
     if (!first.ok()) {
       status = Status{first.status, first.error};
@@ -456,16 +446,12 @@ void SetEngine::execute(const std::vector<const Response *> &responses) {
         ends.push_back(device_->lastEnd());
         DeviceOp op;
         op.ticket = device_->queued();
-        op.op = first.agreed.op;
-        op.name = first.agreed.name;
-        op.lastSeq = seqs.back();
         for (PendingMap::iterator it : owned) {
           op.owned.push_back(std::move(it->second));
           pending_.erase(it);
         }
         op.standIns = std::move(standIns);
-        op.requests = std::move(requests);
-        op.began = began;
+        op.observed = std::move(observed);
         deviceOps_.push_back(std::move(op));
         deviceBusy_ = true;
         continue;
@@ -487,15 +473,11 @@ void SetEngine::execute(const std::vector<const Response *> &responses) {
         status = e.toStatus();
       }
     }
-    if (traced) trace(requests, first.agreed.op, began);
-    if (flight_ != nullptr) {
-      const FlightRecorder::Clock::time_point now = FlightRecorder::Clock::now();
-      for (Request *r : requests) flight_->finished(r->flightId, status.code, now);
-      // HORA_STALL_SHUTDOWN_S failed it on every rank: the moment to look at every rank's past
-      if (status.code == HORA_ERR_TIMEOUT) flight_->dump(status.message);
-    }
+    observers_.finished(observed, status);
+    // HORA_STALL_SHUTDOWN_S failed it on every rank: the moment to look at every rank's past
+    if (status.code == HORA_ERR_TIMEOUT) observers_.stallShutdown(status.message);
     finish(owned, status);
-    if (status.ok()) watch_->completed(opName, first.agreed.name, seqs.back());
+    if (status.ok()) observers_.completed(observed);
   }
   if (deviceCycle_) {
     deviceCycle_ = false;
@@ -505,27 +487,6 @@ void SetEngine::execute(const std::vector<const Response *> &responses) {
       for (const RequestPtr &r : deviceOps_[deviceOpsBefore + i].owned) r->launched(ends[i]);
     }
   }
-}
-
-// Each request's wait in the queue and in negotiation (until every rank had submitted it) on its
-// tensor's row, the operation on each row and on the engine's, with its size and bandwidth.
-void SetEngine::trace(const std::vector<Request *> &requests, OpType opType,
-                      Timeline::Clock::time_point began) {
-  const Timeline::Clock::time_point ended = Timeline::Clock::now();
-  const char *op = opSpec(opType).timelineName;
-  int tensors = 0;
-  int64_t bytes = 0;
-  for (Request *r : requests) {
-    tensors += static_cast<int>(r->tensors().size());
-    bytes += r->bytes();
-    if (r->isStandIn()) continue;
-    if (r->dequeued.time_since_epoch().count() != 0) {  // submitted while the timeline ran
-      timeline_->tensorPhase(id_, r->name(), "QUEUED", r->submitted(), r->dequeued);
-      timeline_->tensorPhase(id_, r->name(), "NEGOTIATE", r->dequeued, began);
-    }
-    timeline_->tensorPhase(id_, r->name(), op, began, ended);
-  }
-  timeline_->operation(id_, op, tensors, bytes, began, ended, parts_.backend->lastAlgorithm());
 }
 
 void SetEngine::executeOnDevice(const std::vector<Request *> &requests,
@@ -578,13 +539,12 @@ void SetEngine::submit(RequestPtr request) {
                  " are on cuda:", first, "; one GPU per rank and process set");
     }
   }
-  const uint64_t flightId =
-      flight_ != nullptr ? flight_->submitted(id_, request->msg(), request->bytes(), request->submitted()) : 0;
-  request->flightId = flightId;
+  observers_.submitted(*request);
+  const uint64_t flightId = request->flightId;  // a refused push drops the request
   try {
     queue_.push(std::move(request));
   } catch (const Error &e) {
-    if (flight_ != nullptr) flight_->finished(flightId, e.status());
+    observers_.refused(flightId, e.status());
     throw;
   }
 }
@@ -640,20 +600,14 @@ void SetEngine::completeDeviceOps() {
 }
 
 void SetEngine::finishDeviceOp(DeviceOp &op, const Status &status) {
-  if (timeline_ != nullptr && timeline_->active() && op.began.time_since_epoch().count() != 0) {
-    trace(op.requests, op.op, op.began);
-  }
-  if (flight_ != nullptr) {
-    const FlightRecorder::Clock::time_point now = FlightRecorder::Clock::now();
-    for (Request *r : op.requests) flight_->finished(r->flightId, status.code, now);
-  }
+  observers_.finished(op.observed, status);
   Status mine = status;
-  const std::string prefix = std::string(opSpec(op.op).name) + " '" + op.name + "': ";
+  const std::string prefix = std::string(opSpec(op.observed.op).name) + " '" + op.observed.name + "': ";
   if (!status.ok() && status.message.compare(0, prefix.size(), prefix) != 0) {
     mine.message = prefix + status.message;
   }
   complete(op.owned, mine);
-  if (status.ok()) watch_->completed(opSpec(op.op).name, op.name, op.lastSeq);
+  if (status.ok()) observers_.completed(op.observed);
 }
 
 void SetEngine::settleDeviceOps(const Status &why) {
@@ -683,7 +637,7 @@ void SetEngine::leaveTurn(const Status &why) {
     if (!a.request) continue;
     Status s = why;
     s.message = std::string(opTypeName(a.request->msg().op)) + " '" + a.request->name() + "': " + why.message;
-    if (flight_ != nullptr) flight_->finished(a.request->flightId, s.code);
+    observers_.dropped(*a.request, s.code);
     a.request->complete(std::move(s));
   }
   awaiting_.clear();
@@ -692,7 +646,7 @@ void SetEngine::leaveTurn(const Status &why) {
 void SetEngine::stop(const Status &why) {
   running_ = false;
   if (why.code != HORA_ERR_SHUT_DOWN) failed_ = true;
-  if (watch_ != nullptr && why.code != HORA_ERR_SHUT_DOWN) watch_->failed(why.message);
+  if (why.code != HORA_ERR_SHUT_DOWN) observers_.failed(why);
   if (!deviceOps_.empty()) settleDeviceOps(why);
   leaveTurn(why);
   if (id_ == 0 && handler_ != nullptr) handler_->worldStopped();
@@ -702,12 +656,10 @@ void SetEngine::stop(const Status &why) {
   for (RequestPtr &r : all) {
     Status s = why;
     s.message = std::string(opTypeName(r->msg().op)) + " '" + r->name() + "': " + why.message;
-    if (flight_ != nullptr) flight_->finished(r->flightId, s.code);
+    observers_.dropped(*r, s.code);
     r->complete(std::move(s));
   }
-  if (flight_ != nullptr && why.code != HORA_ERR_SHUT_DOWN) {
-    flight_->dump("process set " + std::to_string(id_) + " stopped: " + why.message);
-  }
+  observers_.stopped(why);
 }
 
 }  // namespace hora

@@ -18,6 +18,7 @@
 #include "core/device_turn.h"
 #include "core/executor.h"
 #include "core/flight_recorder.h"
+#include "core/op_observer.h"
 #include "core/stall_watch.h"
 #include "core/tensor_queue.h"
 #include "core/timeline.h"
@@ -125,8 +126,6 @@ class SetEngine {
   // The watch saw another rank declare a failure: stop here too (the watch's thread).
   void peerFailed(int rank, const std::string &what);
   void execute(const std::vector<const Response *> &responses);
-  void trace(const std::vector<Request *> &requests, OpType op,
-             Timeline::Clock::time_point began);
   // Completes these pending requests (a fused group's, found by execute()) with `status`, and
   // drops them from pending_: the other entries' iterators stay valid.
   void finish(const std::vector<PendingMap::iterator> &owned, const Status &status);
@@ -171,11 +170,12 @@ class SetEngine {
   std::unique_ptr<ControlPlane> negotiation_;  // the group's plane, AND through the backend if it can
   std::unique_ptr<Controller> controller_;
   std::unique_ptr<Executor> executor_;
-  Timeline *timeline_ = nullptr;  // the runtime's (Parts::timeline)
-  FlightRecorder *flight_ = nullptr;  // the runtime's (Parts::flight); set before start() returns
   int64_t opSeq_ = 0;  // responses executed: the same sequence on every member
   int64_t negotiations_ = 0;  // negotiations entered: the same sequence on every member
   std::unique_ptr<StallWatch> watch_;  // made with the controller
+  // The stall watch, the timeline (Parts::timeline) and the flight recorder (Parts::flight),
+  // whichever the set has; filled before start() returns.
+  OpObservers observers_;
   // CUDA tensors' executor (NCCL), made at the set's first CUDA response: one GPU per rank and set.
   std::unique_ptr<DeviceExecutor> device_;
   std::atomic<int> cudaDevice_{-1};  // the GPU of this rank's first CUDA submission in the set
@@ -185,13 +185,9 @@ class SetEngine {
   // the GPU works, and completes them when the executor's poll() says their ticket is done.
   struct DeviceOp {
     uint64_t ticket = 0;
-    OpType op = OpType::kAllreduce;
-    std::string name;  // the first response's, for the watch
-    int64_t lastSeq = 0;
+    ObservedOp observed;               // its requests (both kinds, in the group's order)
     std::vector<RequestPtr> owned;     // this rank's requests (out of pending_, names held)
     std::vector<RequestPtr> standIns;  // a joined rank's stand-ins
-    std::vector<Request *> requests;   // both, in the group's order
-    Timeline::Clock::time_point began{};
   };
   std::deque<DeviceOp> deviceOps_;
   bool deviceCycle_ = false;  // execute() opened the executor's cycle (one NCCL group)
