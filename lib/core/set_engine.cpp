@@ -367,84 +367,100 @@ SetEngine::Cycle SetEngine::cycle(bool launches) {
   return agreed || !outcome.responses.empty() ? Cycle::kAgreed : Cycle::kNothing;
 }
 
+namespace {
+
+// Runs `work`: an error that fails only this op (its blast radius) becomes the op's status; any
+// other is thrown on, and stops the set.
+template <typename Work>
+Status failsThisOp(Work &&work) {
+  try {
+    work();
+  } catch (const Error &e) {
+    if (blastRadius(e.status()) != BlastRadius::kThisOp) throw;
+    return e.toStatus();
+  }
+  return Status::success();
+}
+
+}  // namespace
+
 void SetEngine::execute(const std::vector<const Response *> &responses) {
-  std::vector<RequestPtr> standIns;  // this rank has joined: it takes part without data
   lane_.beginExecute();  // these responses' device ops go to NCCL as one group, at endExecute()
   for (const FusionGroup &group : planFusion(responses, knobs_.fusionThreshold)) {
-    standIns.clear();
     const Response &first = *responses[group.members.front()];
-    ObservedOp observed;  // its requests and each one's place in the set's sequence of operations
-    observed.op = first.agreed.op;
-    observed.name = first.agreed.name;
-    std::vector<Request *> &requests = observed.requests;
-    std::vector<int64_t> &seqs = observed.seqs;
-    std::vector<const Response *> members;
-    std::vector<PendingMap::iterator> owned;  // this rank's own requests among them, to finish
-    requests.reserve(group.members.size());
-    for (size_t m : group.members) {
-      const int64_t seq = ++opSeq_;
-      const Response &response = *responses[m];
-      auto it = pending_.find(response.agreed.name);
-      if (it == pending_.end() && response.status == HORA_ERR_TIMEOUT) {
-        // HORA_STALL_SHUTDOWN_S failed a name this rank never submitted: nothing to run here,
-        // but the moment to keep this rank's past too
-        observers_.absent(response, seq);
-        observers_.stallShutdown(response.error);
-        continue;
-      }
-      if (it == pending_.end() && !response.ok()) {
-        // This rank has joined and the op failed on every rank that sent it (a mismatch, a
-        // refusal, Horovod's join mode): there is nothing to stand in for.
-        HORA_ENFORCE(std::count(response.joined.begin(), response.joined.end(), rank_) == 1,
-                     "no pending request for '", response.agreed.name, "'");
-        continue;
-      }
-      members.push_back(&response);
-      seqs.push_back(seq);
-      if (it != pending_.end()) {
-        requests.push_back(it->second.get());
-        owned.push_back(it);
-      } else {
-        HORA_ENFORCE(std::count(response.joined.begin(), response.joined.end(), rank_) == 1,
-                     "no pending request for '", response.agreed.name, "'");
-        standIns.push_back(Request::standIn(response, id_));
-        requests.push_back(standIns.back().get());
-      }
-    }
-    if (requests.empty()) continue;
-    observers_.started(observed, members);
+    GroupRun run = resolve(group, responses);
+    if (run.op.requests.empty()) continue;
+    observers_.started(run.op, run.members);
     Status status;
     if (!first.ok()) {
-      status = Status{first.status, first.error};
+      status = Status{first.status, first.error};  // failed as agreed: nothing runs
     } else if (!first.agreed.device.isCpu()) {
-      try {
-        lane_.launch(observed, members, owned, pending_, standIns);
-        continue;  // queued: the lane completes it once the device has run it
-      } catch (const Error &e) {
-        if (blastRadius(e.status()) != BlastRadius::kThisOp) throw;
-        status = e.toStatus();
-      }
+      status = failsThisOp([&] { lane_.launch(run.op, run.members, run.owned, pending_, run.standIns); });
+      if (status.ok()) continue;  // queued: the lane completes it once the device has run it
     } else {
-      try {
-        const OpSpec &spec = opSpec(first.agreed.op);
-        if (spec.onBackend && !parts_.backend->caps().runs(first.agreed.op)) {
-          HORA_THROW(HORA_ERR_UNSUPPORTED, spec.name, " '", first.agreed.name, "': backend ",
-                     backendName_, " of process set ", id_, " does not run it");
-        }
-        spec.runCpu(OpRun{requests, members, executor_.get(), lane_.executor(), handler_,
-                          contributors(first)});
-      } catch (const Error &e) {
-        if (blastRadius(e.status()) != BlastRadius::kThisOp) throw;
-        status = e.toStatus();
-      }
+      status = failsThisOp([&] { runOnCpu(first, run); });
     }
-    observers_.finished(observed, status);
-    // HORA_STALL_SHUTDOWN_S failed it on every rank: the moment to look at every rank's past
-    if (status.code == HORA_ERR_TIMEOUT) observers_.stallShutdown(status.message);
-    finish(owned, status);
-    if (status.ok()) observers_.completed(observed);
+    conclude(run, status);
   }
   lane_.endExecute();
+}
+
+SetEngine::GroupRun SetEngine::resolve(const FusionGroup &group,
+                                       const std::vector<const Response *> &responses) {
+  const Response &first = *responses[group.members.front()];
+  GroupRun run;
+  run.op.op = first.agreed.op;
+  run.op.name = first.agreed.name;
+  run.op.requests.reserve(group.members.size());
+  for (size_t m : group.members) {
+    const int64_t seq = ++opSeq_;
+    const Response &response = *responses[m];
+    auto it = pending_.find(response.agreed.name);
+    if (it == pending_.end() && response.status == HORA_ERR_TIMEOUT) {
+      // HORA_STALL_SHUTDOWN_S failed a name this rank never submitted: nothing to run here,
+      // but the moment to keep this rank's past too
+      observers_.absent(response, seq);
+      observers_.stallShutdown(response.error);
+      continue;
+    }
+    if (it == pending_.end() && !response.ok()) {
+      // This rank has joined and the op failed on every rank that sent it (a mismatch, a
+      // refusal, Horovod's join mode): there is nothing to stand in for.
+      HORA_ENFORCE(std::count(response.joined.begin(), response.joined.end(), rank_) == 1,
+                   "no pending request for '", response.agreed.name, "'");
+      continue;
+    }
+    run.members.push_back(&response);
+    run.op.seqs.push_back(seq);
+    if (it != pending_.end()) {
+      run.op.requests.push_back(it->second.get());
+      run.owned.push_back(it);
+    } else {
+      HORA_ENFORCE(std::count(response.joined.begin(), response.joined.end(), rank_) == 1,
+                   "no pending request for '", response.agreed.name, "'");
+      run.standIns.push_back(Request::standIn(response, id_));
+      run.op.requests.push_back(run.standIns.back().get());
+    }
+  }
+  return run;
+}
+
+void SetEngine::runOnCpu(const Response &first, const GroupRun &run) {
+  const OpSpec &spec = opSpec(first.agreed.op);
+  if (spec.onBackend && !parts_.backend->caps().runs(first.agreed.op)) {
+    HORA_THROW(HORA_ERR_UNSUPPORTED, spec.name, " '", first.agreed.name, "': backend ",
+               backendName_, " of process set ", id_, " does not run it");
+  }
+  spec.runCpu(OpRun{run.op.requests, run.members, executor_.get(), lane_.executor(), handler_,
+                    contributors(first)});
+}
+
+void SetEngine::conclude(GroupRun &run, const Status &status) {
+  observers_.finished(run.op, status);
+  // HORA_STALL_SHUTDOWN_S failed it on every rank: the moment to look at every rank's past
+  if (status.code == HORA_ERR_TIMEOUT) observers_.stallShutdown(status.message);
+  finish(run.owned, status);
+  if (status.ok()) observers_.completed(run.op);
 }
 
 void SetEngine::submit(RequestPtr request) {

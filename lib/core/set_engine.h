@@ -130,7 +130,25 @@ class SetEngine {
   void interruptPlanes(const Status &why);
   // The watch saw another rank declare a failure: stop here too (the watch's thread).
   void peerFailed(int rank, const std::string &what);
+  // Runs agreed responses, in order: plans the fusion groups, and for each resolves this rank's
+  // part (resolve), tells the observers it starts, runs it on the CPU or hands it to the device
+  // lane, and (the CPU's at once, the lane's once the device has run it) completes it.
   void execute(const std::vector<const Response *> &responses);
+  // A fused group as this rank runs it.
+  struct GroupRun {
+    ObservedOp op;  // its requests, their places in the set's sequence
+    std::vector<const Response *> members;    // one per request
+    std::vector<PendingMap::iterator> owned;  // this rank's own requests among them, to finish
+    std::vector<RequestPtr> standIns;         // this rank has joined: it takes part without data
+  };
+  // Every member of `group` takes its place in the set's sequence of operations; this rank takes
+  // part with its pending request, or a stand-in where it has joined, or not at all in an op
+  // that failed without it (absent). Empty requests: nothing to run here.
+  GroupRun resolve(const FusionGroup &group, const std::vector<const Response *> &responses);
+  // The group's work on the CPU executor (or, for the set ops, the handler). Throws Error.
+  void runOnCpu(const Response &first, const GroupRun &run);
+  // The group ended with `status` on this rank: observed, completed, observed completed.
+  void conclude(GroupRun &run, const Status &status);
   // Completes these pending requests (a fused group's, found by execute()) with `status`, and
   // drops them from pending_: the other entries' iterators stay valid.
   void finish(const std::vector<PendingMap::iterator> &owned, const Status &status);
