@@ -22,9 +22,9 @@ class DeviceSeed {
   virtual int device() const = 0;
 };
 
-// What the engine gives its device executor: how to wake the engine when device work finishes,
-// and how to learn that a peer is gone (so that a device op waiting for it fails at once rather
-// than at HORA_TIMEOUT_S).
+// What the engine gives its device executor (made by the set's DeviceLane, core/device_lane.h):
+// how to wake the engine when device work finishes, and how to learn that a peer is gone (so
+// that a device op waiting for it fails at once rather than at HORA_TIMEOUT_S).
 struct DeviceHooks {
   std::function<void()> wake;              // any thread (a CUDA driver thread included); cheap
   std::function<std::string()> lostPeer;   // engine thread: "" or which rank is gone and why

@@ -10,8 +10,6 @@
 
 #include "base/logging.h"
 #include "core/affinity.h"
-#include "core/forming.h"
-#include "core/fusion_planner.h"
 #include "core/op_table.h"
 
 namespace hora {
@@ -108,13 +106,31 @@ void SetEngine::threadMain(const std::function<Parts()> &setup, std::promise<Sta
         *negotiation_, static_cast<int>(knobs_.cacheCapacity),
         StallPolicy{knobs_.stallWarningS, knobs_.stallShutdownS, id_});
     executor_ = std::make_unique<Executor>(*parts_.backend, size_, rank_);
-    timeline_ = parts_.timeline;
-    flight_ = parts_.flight;
-    if (parts_.turn != nullptr) turn_ = parts_.turn;
-    executor_->setTimeline(timeline_, id_);
+    executor_->setTimeline(parts_.timeline, id_);
     watch_ = std::make_unique<StallWatch>(
         id_, rank_, size_, parts_.group->presence(), knobs_.stallWarningS, knobs_.timeoutS,
         [this](int rank, const std::string &what) { peerFailed(rank, what); });
+    // Told in this order: the watch says an op runs before it is recorded anywhere.
+    observers_.add(watchObserver(*watch_));
+    if (parts_.timeline != nullptr) {
+      observers_.add(timelineObserver(*parts_.timeline, id_, *parts_.backend));
+    }
+    if (parts_.flight != nullptr) observers_.add(flightObserver(*parts_.flight, id_));
+    DeviceLane::Parts device;
+    device.fabric = parts_.fabric;
+    device.group = parts_.group.get();
+    device.localRank = parts_.localRank;
+    device.size = size_;
+    device.drainS = knobs_.timeoutS;
+    device.turn = parts_.turn;
+    device.seed = std::move(parts_.deviceSeed);  // DeviceHooks::seed at the executor's making
+    device.handler = handler_;
+    device.observer = &observers_;
+    device.lostPeer = [this] { return watch_ != nullptr ? watch_->lostPeer() : std::string(); };
+    device.complete = [this](std::vector<RequestPtr> &requests, const Status &status) {
+      complete(requests, status);
+    };
+    lane_.setUp(std::move(device));
     if (std::string why; parts_.cpu >= 0 && !bindThisThread(parts_.cpu, &why)) {
       HORA_LOG(kWarning) << "HORA_THREAD_AFFINITY: cannot bind " << threadName << " to CPU "
                          << parts_.cpu << ": " << why;
@@ -155,10 +171,8 @@ void SetEngine::threadMain(const std::function<Parts()> &setup, std::promise<Sta
     planesLive_ = false;
   }
   queue_.setBell(nullptr);
-  turn_->leave(id_);
-  waker_->detach();
+  lane_.close();  // the GPU's turn given back, the device executor gone
   watch_.reset();  // its thread uses the group's presence channel
-  device_.reset();
   executor_.reset();
   controller_.reset();
   parts_.backend.reset();
@@ -180,7 +194,7 @@ void SetEngine::loop() {
   // that the executor's deadlines and peer checks run while nothing else happens.
   const std::chrono::microseconds kDeviceCheck{10000};
   for (;;) {
-    const bool device = deviceBusy_.load();
+    const bool device = lane_.inFlight();
     queue_.waitForWork(busy_.load() || device,
                        Clock::now() + (device && !busy_.load() ? kDeviceCheck : idleBackoff), batchWindow);
     std::lock_guard<std::mutex> lock(cycleMutex_);
@@ -211,13 +225,13 @@ void SetEngine::drive(const Request &request) {
       // that agrees it, without handing it to the set's thread; the executor sets its device, so
       // the caller's CUDA context is put back afterwards. (A set without them yet launches
       // nothing on this thread: it does not offer for the GPU's turn.)
-      const bool device = cudaDevice_.load() >= 0 && parts_.fabric != nullptr;
+      const bool device = lane_.usesGpu() && parts_.fabric != nullptr;
       std::shared_ptr<void> callerContext = device ? parts_.fabric->keepDeviceContext() : nullptr;
       Cycle done = Cycle::kAgreed;
       while (done == Cycle::kAgreed && !request.done()) done = runCycle(/*launches=*/device);
       // What is left (requests other ranks have not submitted yet, device ops in flight) is the
       // set's thread's, which may be asleep waiting for work; and a stopped set's thread is to end.
-      if (done == Cycle::kStopped || busy_.load() || deviceBusy_.load()) queue_.kick();
+      if (done == Cycle::kStopped || busy_.load() || lane_.inFlight()) queue_.kick();
       return;
     }
   }
@@ -301,17 +315,9 @@ void SetEngine::fail(const Error &e) {
 }
 
 SetEngine::Cycle SetEngine::cycle(bool launches) {
-  bool agreed = false;
-  if (!deviceOps_.empty()) {
-    const size_t before = deviceOps_.size();
-    completeDeviceOps();
-    agreed = deviceOps_.size() != before;
-  }
+  bool agreed = lane_.completeFinished();
   queue_.popAll(fresh_);
-  if (!fresh_.empty() && timeline_ != nullptr && timeline_->active()) {
-    const std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now();
-    for (RequestPtr &r : fresh_) r->dequeued = now;
-  }
+  if (!fresh_.empty()) observers_.dequeued(fresh_);
   for (RequestPtr &r : fresh_) {
     const std::string_view name = r->name();  // the request's own: the key lives as long
     pending_.emplace(name, std::move(r));
@@ -319,26 +325,18 @@ SetEngine::Cycle SetEngine::cycle(bool launches) {
   agreed = agreed || !fresh_.empty();
   fresh_.clear();
   const bool wantShutdown = queue_.shutdownRequested();
-  if (pending_.empty() && !wantShutdown && awaiting_.empty()) {
+  if (pending_.empty() && !wantShutdown && !lane_.awaiting()) {
     busy_ = false;
     return agreed ? Cycle::kAgreed : Cycle::kNothing;
   }
 
-  watch_->negotiating(++negotiations_);
-  // Device work runs only while this set holds the GPU's turn on every member (DeviceTurn), on
-  // the set's own thread or a caller's whose CUDA context drive() keeps (`launches`).
-  // Offered only with device work already agreed: every member has it, so every member is in this
-  // round at once and the turn is held briefly (docs/gpu.md).
-  // A set alone on its process's GPU offers whenever it has work pending: the round that agrees
-  // device work then launches it (DeviceTurn::offerAlone).
-  bool offered = false;
-  if (launches) {
-    offered = !awaiting_.empty() ? turn_->offer(id_)
-                                 : !pending_.empty() && cudaDevice_.load() >= 0 && turn_->offerAlone(id_);
-  }
+  observers_.negotiating(++negotiations_);
+  // Device work runs only while this set holds the GPU's turn on every member (the lane's offer
+  // rules), on the set's own thread or a caller's whose CUDA context drive() keeps (`launches`).
+  const bool offered = launches && lane_.offer(!pending_.empty());
   Controller::Outcome outcome = controller_->negotiate(pending_, wantShutdown, offered);
   if (outcome.shutdown) {
-    if (offered) turn_->settle(id_, 0);
+    if (offered) lane_.withdrawOffer();
     stop(Status{HORA_ERR_SHUT_DOWN,
                 id_ == 0 ? "the runtime shut down (hora_shutdown on this or another rank) "
                            "before the op finished"
@@ -346,245 +344,133 @@ SetEngine::Cycle SetEngine::cycle(bool launches) {
                            "op finished"});
     return Cycle::kStopped;
   }
-  // CPU work runs now; device work waits for a cycle in which every member holds the turn
-  // (this one, usually), in the order agreed. Its requests leave pending_ meanwhile, so that
+  // CPU work runs now; device work waits in the lane for a cycle in which every member holds the
+  // turn (this one, usually), in the order agreed. Its requests leave pending_ meanwhile, so that
   // negotiation does not see them again.
   order_.clear();
-  const size_t waitingBefore = awaiting_.size();
   for (const auto &r : outcome.responses) {
     if (r->agreed.device.isCpu() || !r->ok()) {
       order_.push_back(r.get());
-      continue;
+    } else {
+      lane_.await(r, pending_);
     }
-    Awaiting waiting{r, nullptr};
-    if (auto it = pending_.find(r->agreed.name); it != pending_.end()) {
-      waiting.request = std::move(it->second);
-      pending_.erase(it);
-    }
-    awaiting_.push_back(std::move(waiting));
   }
   execute(order_);
-  bool launched = false;
-  if (outcome.deviceAgreed && !awaiting_.empty()) {
-    launchAwaiting();
-    launched = true;
-  } else if (awaiting_.size() > waitingBefore) {
-    deferredLaunches_ += awaiting_.size() - waitingBefore;
+  const bool launched = outcome.deviceAgreed && lane_.awaiting();
+  if (launched) {
+    lane_.launchAwaiting(pending_, [this](const std::vector<const Response *> &order) { execute(order); });
   }
-  if (offered) turn_->settle(id_, launched && device_ ? device_->queued() : 0);
-  if (awaiting_.empty()) {
-    turn_->stopWaiting(id_);
-  } else {
-    std::shared_ptr<Waker> waker = waker_;
-    turn_->wait(id_, [waker] { waker->kick(); });
-  }
-  if (!deviceOps_.empty()) completeDeviceOps();  // small ops may be done already
-  watch_->idle();
-  busy_ = !pending_.empty() || !awaiting_.empty();
+  lane_.endRound(offered, launched);
+  lane_.completeFinished();  // small ops may be done already
+  observers_.idle();
+  busy_ = !pending_.empty() || lane_.awaiting();
   return agreed || !outcome.responses.empty() ? Cycle::kAgreed : Cycle::kNothing;
 }
 
+namespace {
+
+// Runs `work`: an error that fails only this op (its blast radius) becomes the op's status; any
+// other is thrown on, and stops the set.
+template <typename Work>
+Status failsThisOp(Work &&work) {
+  try {
+    work();
+  } catch (const Error &e) {
+    if (blastRadius(e.status()) != BlastRadius::kThisOp) throw;
+    return e.toStatus();
+  }
+  return Status::success();
+}
+
+}  // namespace
+
 void SetEngine::execute(const std::vector<const Response *> &responses) {
-  std::vector<RequestPtr> standIns;  // this rank has joined: it takes part without data
-  // The device ops of these responses go to NCCL as one group (DeviceExecutor::beginCycle),
-  // opened at the first of them; their requests learn their ends once the group is launched.
-  deviceCycle_ = false;
-  const size_t deviceOpsBefore = deviceOps_.size();
-  std::vector<std::shared_ptr<DeviceEnd>> ends;
+  lane_.beginExecute();  // these responses' device ops go to NCCL as one group, at endExecute()
   for (const FusionGroup &group : planFusion(responses, knobs_.fusionThreshold)) {
-    standIns.clear();
     const Response &first = *responses[group.members.front()];
-    std::vector<Request *> requests;
-    std::vector<const Response *> members;
-    std::vector<int64_t> seqs;  // each member's place in the set's sequence of operations
-    std::vector<PendingMap::iterator> owned;  // this rank's own requests among them, to finish
-    requests.reserve(group.members.size());
-    for (size_t m : group.members) {
-      const int64_t seq = ++opSeq_;
-      const Response &response = *responses[m];
-      auto it = pending_.find(response.agreed.name);
-      if (it == pending_.end() && response.status == HORA_ERR_TIMEOUT) {
-        // HORA_STALL_SHUTDOWN_S failed a name this rank never submitted: nothing to run here,
-        // but the moment to keep this rank's past too
-        if (flight_ != nullptr) {
-          flight_->absent(id_, response.agreed, seq);
-          flight_->dump(response.error);
-        }
-        continue;
-      }
-      if (it == pending_.end() && !response.ok()) {
-        // This rank has joined and the op failed on every rank that sent it (a mismatch, a
-        // refusal, Horovod's join mode): there is nothing to stand in for.
-        HORA_ENFORCE(std::count(response.joined.begin(), response.joined.end(), rank_) == 1,
-                     "no pending request for '", response.agreed.name, "'");
-        continue;
-      }
-      members.push_back(&response);
-      seqs.push_back(seq);
-      if (it != pending_.end()) {
-        requests.push_back(it->second.get());
-        owned.push_back(it);
-      } else {
-        HORA_ENFORCE(std::count(response.joined.begin(), response.joined.end(), rank_) == 1,
-                     "no pending request for '", response.agreed.name, "'");
-        standIns.push_back(Request::standIn(response, id_));
-        requests.push_back(standIns.back().get());
-      }
-    }
-    if (requests.empty()) continue;
-    const char *opName = opSpec(first.agreed.op).name;
-    watch_->running(opName, first.agreed.name, seqs.front());
-    const bool traced = timeline_ != nullptr && timeline_->active();
-    const Timeline::Clock::time_point began = traced ? Timeline::Clock::now() : Timeline::Clock::time_point{};
-    if (flight_ != nullptr) {
-      const FlightRecorder::Clock::time_point now = FlightRecorder::Clock::now();
-      for (size_t i = 0; i < requests.size(); ++i) {
-        if (requests[i]->isStandIn()) {
-          requests[i]->flightId = flight_->submitted(id_, members[i]->agreed, requests[i]->bytes(), now);
-        }
-        flight_->started(requests[i]->flightId, seqs[i], now);
-      }
-    }
+    GroupRun run = resolve(group, responses);
+    if (run.op.requests.empty()) continue;
+    observers_.started(run.op, run.members);
     Status status;
     if (!first.ok()) {
-      status = Status{first.status, first.error};
+      status = Status{first.status, first.error};  // failed as agreed: nothing runs
     } else if (!first.agreed.device.isCpu()) {
-      try {
-        executeOnDevice(requests, members);
-        // Staged: launched with the rest of the cycle's device ops below, completed by
-        // completeDeviceOps() once the device has run it.
-        ends.push_back(device_->lastEnd());
-        DeviceOp op;
-        op.ticket = device_->queued();
-        op.op = first.agreed.op;
-        op.name = first.agreed.name;
-        op.lastSeq = seqs.back();
-        for (PendingMap::iterator it : owned) {
-          op.owned.push_back(std::move(it->second));
-          pending_.erase(it);
-        }
-        op.standIns = std::move(standIns);
-        op.requests = std::move(requests);
-        op.began = began;
-        deviceOps_.push_back(std::move(op));
-        deviceBusy_ = true;
-        continue;
-      } catch (const Error &e) {
-        if (blastRadius(e.status()) != BlastRadius::kThisOp) throw;
-        status = e.toStatus();
-      }
+      status = failsThisOp([&] { lane_.launch(run.op, run.members, run.owned, pending_, run.standIns); });
+      if (status.ok()) continue;  // queued: the lane completes it once the device has run it
     } else {
-      try {
-        const OpSpec &spec = opSpec(first.agreed.op);
-        if (spec.onBackend && !parts_.backend->caps().runs(first.agreed.op)) {
-          HORA_THROW(HORA_ERR_UNSUPPORTED, spec.name, " '", first.agreed.name, "': backend ",
-                     backendName_, " of process set ", id_, " does not run it");
-        }
-        spec.runCpu(OpRun{requests, members, executor_.get(), device_.get(), handler_,
-                          contributors(first)});
-      } catch (const Error &e) {
-        if (blastRadius(e.status()) != BlastRadius::kThisOp) throw;
-        status = e.toStatus();
-      }
+      status = failsThisOp([&] { runOnCpu(first, run); });
     }
-    if (traced) trace(requests, first.agreed.op, began);
-    if (flight_ != nullptr) {
-      const FlightRecorder::Clock::time_point now = FlightRecorder::Clock::now();
-      for (Request *r : requests) flight_->finished(r->flightId, status.code, now);
-      // HORA_STALL_SHUTDOWN_S failed it on every rank: the moment to look at every rank's past
-      if (status.code == HORA_ERR_TIMEOUT) flight_->dump(status.message);
-    }
-    finish(owned, status);
-    if (status.ok()) watch_->completed(opName, first.agreed.name, seqs.back());
+    conclude(run, status);
   }
-  if (deviceCycle_) {
-    deviceCycle_ = false;
-    device_->endCycle();
-    // Launched: a stream-ordered wait may go on now.
-    for (size_t i = 0; i < ends.size(); ++i) {
-      for (const RequestPtr &r : deviceOps_[deviceOpsBefore + i].owned) r->launched(ends[i]);
-    }
-  }
+  lane_.endExecute();
 }
 
-// Each request's wait in the queue and in negotiation (until every rank had submitted it) on its
-// tensor's row, the operation on each row and on the engine's, with its size and bandwidth.
-void SetEngine::trace(const std::vector<Request *> &requests, OpType opType,
-                      Timeline::Clock::time_point began) {
-  const Timeline::Clock::time_point ended = Timeline::Clock::now();
-  const char *op = opSpec(opType).timelineName;
-  int tensors = 0;
-  int64_t bytes = 0;
-  for (Request *r : requests) {
-    tensors += static_cast<int>(r->tensors().size());
-    bytes += r->bytes();
-    if (r->isStandIn()) continue;
-    if (r->dequeued.time_since_epoch().count() != 0) {  // submitted while the timeline ran
-      timeline_->tensorPhase(id_, r->name(), "QUEUED", r->submitted(), r->dequeued);
-      timeline_->tensorPhase(id_, r->name(), "NEGOTIATE", r->dequeued, began);
+SetEngine::GroupRun SetEngine::resolve(const FusionGroup &group,
+                                       const std::vector<const Response *> &responses) {
+  const Response &first = *responses[group.members.front()];
+  GroupRun run;
+  run.op.op = first.agreed.op;
+  run.op.name = first.agreed.name;
+  run.op.requests.reserve(group.members.size());
+  for (size_t m : group.members) {
+    const int64_t seq = ++opSeq_;
+    const Response &response = *responses[m];
+    auto it = pending_.find(response.agreed.name);
+    if (it == pending_.end() && response.status == HORA_ERR_TIMEOUT) {
+      // HORA_STALL_SHUTDOWN_S failed a name this rank never submitted: nothing to run here,
+      // but the moment to keep this rank's past too
+      observers_.absent(response, seq);
+      observers_.stallShutdown(response.error);
+      continue;
     }
-    timeline_->tensorPhase(id_, r->name(), op, began, ended);
+    if (it == pending_.end() && !response.ok()) {
+      // This rank has joined and the op failed on every rank that sent it (a mismatch, a
+      // refusal, Horovod's join mode): there is nothing to stand in for.
+      HORA_ENFORCE(std::count(response.joined.begin(), response.joined.end(), rank_) == 1,
+                   "no pending request for '", response.agreed.name, "'");
+      continue;
+    }
+    run.members.push_back(&response);
+    run.op.seqs.push_back(seq);
+    if (it != pending_.end()) {
+      run.op.requests.push_back(it->second.get());
+      run.owned.push_back(it);
+    } else {
+      HORA_ENFORCE(std::count(response.joined.begin(), response.joined.end(), rank_) == 1,
+                   "no pending request for '", response.agreed.name, "'");
+      run.standIns.push_back(Request::standIn(response, id_));
+      run.op.requests.push_back(run.standIns.back().get());
+    }
   }
-  timeline_->operation(id_, op, tensors, bytes, began, ended, parts_.backend->lastAlgorithm());
+  return run;
 }
 
-void SetEngine::executeOnDevice(const std::vector<Request *> &requests,
-                                const std::vector<const Response *> &members) {
-  const Response &first = *members.front();
-  if (!device_) {
-    // This rank's GPU: its tensors' (submit() keeps them on one). A rank that joined before its
-    // first CUDA op has none and takes its local rank's, recorded first: a later submission on
-    // another GPU is then refused by submit(), as for any rank, instead of running on this one.
-    int device = cudaDevice_.load();
-    if (device < 0) {
-      const int chosen = parts_.fabric->defaultDevice(parts_.localRank);
-      device = -1;
-      device = cudaDevice_.compare_exchange_strong(device, chosen) ? chosen : device;
-    }
-    turn_->uses(id_);
-    DeviceHooks hooks;
-    hooks.wake = [this] { queue_.kick(); };
-    hooks.lostPeer = [this] { return watch_ != nullptr ? watch_->lostPeer() : std::string(); };
-    // The end of this set's device work gives the GPU's turn back, even while this engine waits
-    // in a negotiation (the turn outlives the executor: the process's, or the test's).
-    hooks.finished = [turn = turn_, id = id_](uint64_t ticket) { turn->finished(id, ticket); };
-    hooks.seed = std::move(parts_.deviceSeed);
-    FormingScope forming("process set " + std::to_string(id_));
-    formingPhase(*parts_.group, "starting NCCL on cuda:" + std::to_string(device), [&] {
-      device_ = parts_.fabric->deviceExecutor(parts_.group->control(), device, std::move(hooks));
-    });
-  }
+void SetEngine::runOnCpu(const Response &first, const GroupRun &run) {
   const OpSpec &spec = opSpec(first.agreed.op);
-  if (spec.runDevice == nullptr) {
-    HORA_THROW(HORA_ERR_INTERNAL, spec.name, " '", first.agreed.name, "' on a device");
+  if (spec.onBackend && !parts_.backend->caps().runs(first.agreed.op)) {
+    HORA_THROW(HORA_ERR_UNSUPPORTED, spec.name, " '", first.agreed.name, "': backend ",
+               backendName_, " of process set ", id_, " does not run it");
   }
-  if (!deviceCycle_) {
-    device_->beginCycle();
-    deviceCycle_ = true;
-  }
-  spec.runDevice(OpRun{requests, members, nullptr, device_.get(), handler_,
-                       contributors(first)});
+  spec.runCpu(OpRun{run.op.requests, run.members, executor_.get(), lane_.executor(), handler_,
+                    contributors(first)});
+}
+
+void SetEngine::conclude(GroupRun &run, const Status &status) {
+  observers_.finished(run.op, status);
+  // HORA_STALL_SHUTDOWN_S failed it on every rank: the moment to look at every rank's past
+  if (status.code == HORA_ERR_TIMEOUT) observers_.stallShutdown(status.message);
+  finish(run.owned, status);
+  if (status.ok()) observers_.completed(run.op);
 }
 
 void SetEngine::submit(RequestPtr request) {
-  const Device device = request->msg().device;
-  if (!device.isCpu()) {
-    int first = -1;
-    if (cudaDevice_.compare_exchange_strong(first, device.id)) {
-      turn_->uses(id_);
-    } else if (first != device.id) {
-      HORA_THROW(HORA_ERR_INVALID_ARGUMENT, opTypeName(request->msg().op), " '", request->name(),
-                 "': on cuda:", device.id, ", but this rank's CUDA tensors in process set ", id_,
-                 " are on cuda:", first, "; one GPU per rank and process set");
-    }
-  }
-  const uint64_t flightId =
-      flight_ != nullptr ? flight_->submitted(id_, request->msg(), request->bytes(), request->submitted()) : 0;
-  request->flightId = flightId;
+  if (!request->msg().device.isCpu()) lane_.admit(*request);
+  observers_.submitted(*request);
+  const uint64_t flightId = request->flightId;  // a refused push drops the request
   try {
     queue_.push(std::move(request));
   } catch (const Error &e) {
-    if (flight_ != nullptr) flight_->finished(flightId, e.status());
+    observers_.refused(flightId, e.status());
     throw;
   }
 }
@@ -614,87 +500,13 @@ void SetEngine::complete(std::vector<RequestPtr> &requests, const Status &status
   requests.clear();
 }
 
-void SetEngine::launchAwaiting() {
-  for (Awaiting &a : awaiting_) {
-    if (a.request) {
-      const std::string_view name = a.request->name();
-      pending_.emplace(name, std::move(a.request));
-    }
-  }
-  std::vector<const Response *> order;
-  order.reserve(awaiting_.size());
-  for (const Awaiting &a : awaiting_) order.push_back(a.response.get());
-  execute(order);  // the responses live in awaiting_ until it returns
-  awaiting_.clear();
-}
-
-void SetEngine::completeDeviceOps() {
-  const uint64_t done = device_->poll();
-  std::vector<DeviceOp> finished;
-  while (!deviceOps_.empty() && deviceOps_.front().ticket <= done) {
-    finished.push_back(std::move(deviceOps_.front()));
-    deviceOps_.pop_front();
-  }
-  deviceBusy_ = !deviceOps_.empty();
-  for (DeviceOp &op : finished) finishDeviceOp(op, Status::success());
-}
-
-void SetEngine::finishDeviceOp(DeviceOp &op, const Status &status) {
-  if (timeline_ != nullptr && timeline_->active() && op.began.time_since_epoch().count() != 0) {
-    trace(op.requests, op.op, op.began);
-  }
-  if (flight_ != nullptr) {
-    const FlightRecorder::Clock::time_point now = FlightRecorder::Clock::now();
-    for (Request *r : op.requests) flight_->finished(r->flightId, status.code, now);
-  }
-  Status mine = status;
-  const std::string prefix = std::string(opSpec(op.op).name) + " '" + op.name + "': ";
-  if (!status.ok() && status.message.compare(0, prefix.size(), prefix) != 0) {
-    mine.message = prefix + status.message;
-  }
-  complete(op.owned, mine);
-  if (status.ok()) watch_->completed(opSpec(op.op).name, op.name, op.lastSeq);
-}
-
-void SetEngine::settleDeviceOps(const Status &why) {
-  if (deviceOps_.empty()) return;
-  if (why.code == HORA_ERR_SHUT_DOWN) {
-    try {
-      device_->drain(knobs_.timeoutS);
-    } catch (const Error &e) {
-      HORA_LOG(kWarning) << "process set " << id_ << ": device work at shutdown: " << e.message();
-    }
-  }
-  uint64_t done = 0;
-  try {
-    done = device_->poll();
-  } catch (const Error &) {  // aborted already: nothing more finishes
-  }
-  if (done < device_->queued()) device_->abort(why.message);
-  for (DeviceOp &op : deviceOps_) finishDeviceOp(op, op.ticket <= done ? Status::success() : why);
-  deviceOps_.clear();
-  deviceBusy_ = false;
-}
-
-void SetEngine::leaveTurn(const Status &why) {
-  turn_->leave(id_);
-  // Agreed but never launched: every member fails them alike.
-  for (Awaiting &a : awaiting_) {
-    if (!a.request) continue;
-    Status s = why;
-    s.message = std::string(opTypeName(a.request->msg().op)) + " '" + a.request->name() + "': " + why.message;
-    if (flight_ != nullptr) flight_->finished(a.request->flightId, s.code);
-    a.request->complete(std::move(s));
-  }
-  awaiting_.clear();
-}
-
 void SetEngine::stop(const Status &why) {
   running_ = false;
-  if (why.code != HORA_ERR_SHUT_DOWN) failed_ = true;
-  if (watch_ != nullptr && why.code != HORA_ERR_SHUT_DOWN) watch_->failed(why.message);
-  if (!deviceOps_.empty()) settleDeviceOps(why);
-  leaveTurn(why);
+  if (why.code != HORA_ERR_SHUT_DOWN) {
+    failed_ = true;
+    observers_.failed(why);
+  }
+  lane_.stop(why);
   if (id_ == 0 && handler_ != nullptr) handler_->worldStopped();
   std::vector<RequestPtr> all = queue_.close(why);
   for (auto &kv : pending_) all.push_back(std::move(kv.second));
@@ -702,12 +514,10 @@ void SetEngine::stop(const Status &why) {
   for (RequestPtr &r : all) {
     Status s = why;
     s.message = std::string(opTypeName(r->msg().op)) + " '" + r->name() + "': " + why.message;
-    if (flight_ != nullptr) flight_->finished(r->flightId, s.code);
+    observers_.dropped(*r, s.code);
     r->complete(std::move(s));
   }
-  if (flight_ != nullptr && why.code != HORA_ERR_SHUT_DOWN) {
-    flight_->dump("process set " + std::to_string(id_) + " stopped: " + why.message);
-  }
+  observers_.stopped(why);
 }
 
 }  // namespace hora

@@ -15,9 +15,12 @@
 #include "core/backend.h"
 #include "core/controller.h"
 #include "core/device_executor.h"
+#include "core/device_lane.h"
 #include "core/device_turn.h"
 #include "core/executor.h"
 #include "core/flight_recorder.h"
+#include "core/fusion_planner.h"
+#include "core/op_observer.h"
 #include "core/stall_watch.h"
 #include "core/tensor_queue.h"
 #include "core/timeline.h"
@@ -42,7 +45,10 @@ class SetOpHandler {
 // Each set has its own thread, so sets negotiate independently: a set waiting for a slow rank
 // does not hold up another. The thread makes and destroys the group, backend, controller and
 // executor; a cycle that uses them runs under the set's cycle lock, on the thread or on a
-// waiting caller's (drive()).
+// waiting caller's (drive()). A cycle negotiates and runs CPU work itself; device work (CUDA
+// tensors) goes through the set's DeviceLane (the GPU's turn, one NCCL group per execute(), the
+// ops in flight), and the stall watch, timeline and flight recorder hear of every request and
+// operation through one OpObserver (OpObservers, the composite).
 class SetEngine {
  public:
   struct Parts {
@@ -101,7 +107,7 @@ class SetEngine {
   int32_t id() const { return id_; }
   // Device responses agreed in a round that could not launch them (they waited for the GPU's
   // turn, DeviceTurn): 0 while the set is alone on its process's GPU.
-  uint64_t deviceLaunchesDeferred() const { return deferredLaunches_.load(); }
+  uint64_t deviceLaunchesDeferred() const { return lane_.deferredLaunches(); }
   // Fixed once start() returns.
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -124,9 +130,25 @@ class SetEngine {
   void interruptPlanes(const Status &why);
   // The watch saw another rank declare a failure: stop here too (the watch's thread).
   void peerFailed(int rank, const std::string &what);
+  // Runs agreed responses, in order: plans the fusion groups, and for each resolves this rank's
+  // part (resolve), tells the observers it starts, runs it on the CPU or hands it to the device
+  // lane, and (the CPU's at once, the lane's once the device has run it) completes it.
   void execute(const std::vector<const Response *> &responses);
-  void trace(const std::vector<Request *> &requests, OpType op,
-             Timeline::Clock::time_point began);
+  // A fused group as this rank runs it.
+  struct GroupRun {
+    ObservedOp op;  // its requests, their places in the set's sequence
+    std::vector<const Response *> members;    // one per request
+    std::vector<PendingMap::iterator> owned;  // this rank's own requests among them, to finish
+    std::vector<RequestPtr> standIns;         // this rank has joined: it takes part without data
+  };
+  // Every member of `group` takes its place in the set's sequence of operations; this rank takes
+  // part with its pending request, or a stand-in where it has joined, or not at all in an op
+  // that failed without it (absent). Empty requests: nothing to run here.
+  GroupRun resolve(const FusionGroup &group, const std::vector<const Response *> &responses);
+  // The group's work on the CPU executor (or, for the set ops, the handler). Throws Error.
+  void runOnCpu(const Response &first, const GroupRun &run);
+  // The group ended with `status` on this rank: observed, completed, observed completed.
+  void conclude(GroupRun &run, const Status &status);
   // Completes these pending requests (a fused group's, found by execute()) with `status`, and
   // drops them from pending_: the other entries' iterators stay valid.
   void finish(const std::vector<PendingMap::iterator> &owned, const Status &status);
@@ -171,66 +193,16 @@ class SetEngine {
   std::unique_ptr<ControlPlane> negotiation_;  // the group's plane, AND through the backend if it can
   std::unique_ptr<Controller> controller_;
   std::unique_ptr<Executor> executor_;
-  Timeline *timeline_ = nullptr;  // the runtime's (Parts::timeline)
-  FlightRecorder *flight_ = nullptr;  // the runtime's (Parts::flight); set before start() returns
   int64_t opSeq_ = 0;  // responses executed: the same sequence on every member
   int64_t negotiations_ = 0;  // negotiations entered: the same sequence on every member
   std::unique_ptr<StallWatch> watch_;  // made with the controller
-  // CUDA tensors' executor (NCCL), made at the set's first CUDA response: one GPU per rank and set.
-  std::unique_ptr<DeviceExecutor> device_;
-  std::atomic<int> cudaDevice_{-1};  // the GPU of this rank's first CUDA submission in the set
-  void executeOnDevice(const std::vector<Request *> &requests,
-                       const std::vector<const Response *> &members);
-  // Device ops queued and not yet finished, oldest first: the engine goes on negotiating while
-  // the GPU works, and completes them when the executor's poll() says their ticket is done.
-  struct DeviceOp {
-    uint64_t ticket = 0;
-    OpType op = OpType::kAllreduce;
-    std::string name;  // the first response's, for the watch
-    int64_t lastSeq = 0;
-    std::vector<RequestPtr> owned;     // this rank's requests (out of pending_, names held)
-    std::vector<RequestPtr> standIns;  // a joined rank's stand-ins
-    std::vector<Request *> requests;   // both, in the group's order
-    Timeline::Clock::time_point began{};
-  };
-  std::deque<DeviceOp> deviceOps_;
-  bool deviceCycle_ = false;  // execute() opened the executor's cycle (one NCCL group)
-  std::atomic<bool> deviceBusy_{false};  // !deviceOps_.empty(), for the loop between cycles
-  // Completes the device ops whose work finished; throws what poll() throws.
-  void completeDeviceOps();
-  void finishDeviceOp(DeviceOp &op, const Status &status);
-  // At stop: an orderly stop waits for the queued device work (bounded); otherwise, or if that
-  // fails, the executor is aborted. Every device op is then completed, with `why` unless done.
-  void settleDeviceOps(const Status &why);
-  // Device responses agreed but not yet launched (waiting for the GPU's turn on every member), in
-  // the order agreed, with this rank's request (null for a joined rank's).
-  struct Awaiting {
-    std::shared_ptr<const Response> response;
-    RequestPtr request;
-  };
-  std::deque<Awaiting> awaiting_;
-  DeviceTurn *turn_ = &DeviceTurn::process();
-  std::atomic<uint64_t> deferredLaunches_{0};
-  // What the turn calls when it comes free: kicks this engine's queue while the engine lives.
-  class Waker {
-   public:
-    explicit Waker(TensorQueue *queue) : queue_(queue) {}
-    void kick() {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (queue_ != nullptr) queue_->kick();
-    }
-    void detach() {
-      std::lock_guard<std::mutex> lock(mutex_);
-      queue_ = nullptr;
-    }
-
-   private:
-    std::mutex mutex_;
-    TensorQueue *queue_;
-  };
-  std::shared_ptr<Waker> waker_ = std::make_shared<Waker>(&queue_);
-  void launchAwaiting();  // under the turn, agreed by every member
-  void leaveTurn(const Status &why);  // at stop: the turn given back, awaiting ops failed
+  // The stall watch, the timeline (Parts::timeline) and the flight recorder (Parts::flight),
+  // whichever the set has; filled before start() returns.
+  OpObservers observers_;
+  // CUDA tensors' work: the executor, the GPU's turn, the device ops in flight. Lives as long as
+  // the engine (submit() may still ask it after the thread ended); set up with the other parts,
+  // closed at teardown.
+  DeviceLane lane_{id_, queue_};
   PendingMap pending_;
   std::vector<RequestPtr> fresh_;  // a cycle's new requests, from the queue
   std::vector<const Response *> order_;  // a cycle's responses, in order
