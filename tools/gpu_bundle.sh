@@ -38,6 +38,8 @@ cp "${bins[@]}" "$out/bin/"
 cp -P "$build"/lib/libhora.so* "$out/lib/" 2>/dev/null || true
 rm -rf "$out"/lib/*.p
 cp "$root/tools/horarun" "$out/"
+# horarun finds its package beside itself
+rm -rf "$out/horarun_lib" && cp -r "$root/tools/horarun_lib" "$out/" && rm -rf "$out/horarun_lib/__pycache__"
 cp "$root"/bench/data/*_grads.txt "$out/data/"
 # What the dynamic loader finds here for them, less what every machine has or the GPU machine
 # brings its own of (the C and C++ runtimes, NCCL: it must match that machine's driver).

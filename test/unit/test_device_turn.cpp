@@ -16,6 +16,7 @@
 #include "backends/registry.h"
 #include "core/device_turn.h"
 #include "core/set_engine.h"
+#include "core/wrapping_backend.h"
 #include "fake_device.h"
 #include "thread_group.h"
 
@@ -249,29 +250,12 @@ class CvBell final : public PeerBell {
 };
 
 // The world-of-one backend with a bell (the sets here move no CPU data).
-class BelledBackend final : public Backend {
+class BelledBackend final : public WrappingBackend {
  public:
-  const char *name() const override { return inner_->name(); }
-  const BackendCaps &caps() const override { return inner_->caps(); }
-  void allreduce(const void *in, void *out, int64_t count, DType dtype, ReduceOp op) override {
-    inner_->allreduce(in, out, count, dtype, op);
-  }
-  void broadcast(void *buf, int64_t bytes, int root) override { inner_->broadcast(buf, bytes, root); }
-  void allgatherv(const void *in, void *out, const std::vector<int64_t> &bytesPerRank) override {
-    inner_->allgatherv(in, out, bytesPerRank);
-  }
-  void alltoallv(const void *in, const std::vector<int64_t> &sendBytes, void *out,
-                 const std::vector<int64_t> &recvBytes) override {
-    inner_->alltoallv(in, sendBytes, out, recvBytes);
-  }
-  void reducescatter(const void *in, void *out, const std::vector<int64_t> &counts, DType dtype,
-                     ReduceOp op) override {
-    inner_->reducescatter(in, out, counts, dtype, op);
-  }
+  BelledBackend() : WrappingBackend(createSelfBackend()) {}
   PeerBell *peerBell() override { return &bell_; }
 
  private:
-  std::unique_ptr<Backend> inner_ = createSelfBackend();
   CvBell bell_;
 };
 

@@ -14,6 +14,7 @@
 #include "backends/shm/shm_segment.h"
 #include "base/error.h"
 #include "core/kernels.h"
+#include "core/wrapping_backend.h"
 #include "base/logging.h"
 #include "base/process.h"
 
@@ -83,13 +84,15 @@ bool everyRank(ControlPlane &control, bool ok, const std::string &why, std::stri
 // HORA_HIERARCHICAL=auto, before the calibration below has run: no hierarchy.
 constexpr int64_t kNever = INT64_MAX;
 
-class HierBackend final : public Backend {
+// Every call it does not take over goes to the inner backend (WrappingBackend): the negotiation
+// plane, the bell, the AND, fused spans.
+class HierBackend final : public WrappingBackend {
  public:
   HierBackend(std::unique_ptr<Backend> inner, std::unique_ptr<Group> local,
               std::unique_ptr<ShmChannel> channel, std::unique_ptr<Backend> localPlane,
               std::unique_ptr<Group> cross, std::unique_ptr<Backend> crossPlane, int owners, bool always,
               const Layout &layout, int rank)
-      : inner_(std::move(inner)),
+      : WrappingBackend(std::move(inner)),
         local_(std::move(local)),
         channel_(std::move(channel)),
         localPlane_(std::move(localPlane)),
@@ -103,12 +106,12 @@ class HierBackend final : public Backend {
                    },
                    /*halfAcross=*/false),
         always_(always),
-        caps_(inner_->caps()) {
+        caps_(this->inner().caps()) {
     for (size_t r = 0; r < layout_.host.size(); ++r) {
       hostRanks_.resize(static_cast<size_t>(layout_.hosts()));
       hostRanks_[static_cast<size_t>(layout_.host[r])].push_back(static_cast<int>(r));
     }
-    name_ = detail::concat(inner_->name(), "+hier(", layout_.describe(), "; ", owners, " owner",
+    name_ = detail::concat(this->inner().name(), "+hier(", layout_.describe(), "; ", owners, " owner",
                            owners == 1 ? "" : "s", " per host across ",
                            crossPlane_ ? crossPlane_->name() : "-", ")");
   }
@@ -116,7 +119,7 @@ class HierBackend final : public Backend {
   const char *name() const override { return name_.c_str(); }
   const BackendCaps &caps() const override { return caps_; }
   void interrupt(const Status &why) override {
-    inner_->interrupt(why);
+    WrappingBackend::interrupt(why);
     if (channel_) channel_->barrier().interrupt(why);
     for (Group *g : {local_.get(), cross_.get()}) {
       if (g != nullptr) g->interrupt(why);
@@ -125,20 +128,13 @@ class HierBackend final : public Backend {
       if (b != nullptr) b->interrupt(why);
     }
   }
-  ControlPlane *negotiationPlane() override { return inner_->negotiationPlane(); }
-  PeerBell *peerBell() override { return inner_->peerBell(); }
-  void andWords(std::vector<uint64_t> &words) override { inner_->andWords(words); }
-  void allreduceSpans(const std::vector<Span> &spans, DType dtype, ReduceOp op, double prescale,
-                      double postscale) override {
-    inner_->allreduceSpans(spans, dtype, op, prescale, postscale);
-  }
 
   // The engine has packed, prescaled and (for float16/bfloat16 the planes do not reduce) widened
   // the vector; every rank sees the same count, so all choose alike.
   void allreduce(const void *in, void *out, int64_t count, DType dtype, ReduceOp op) override {
     if (!always_ && count * static_cast<int64_t>(dtypeSize(dtype)) < threshold_) {
       last_ = "flat";
-      inner_->allreduce(in, out, count, dtype, op);
+      inner().allreduce(in, out, count, dtype, op);
       return;
     }
     last_ = "hierarchical";
@@ -162,7 +158,7 @@ class HierBackend final : public Backend {
       if (hier) {
         allreduce_.run({{buf.data(), buf.data(), n}}, DType::kFloat32, ReduceOp::kMax, 1.0, 1.0);
       } else {
-        inner_->allreduce(buf.data(), buf.data(), n, DType::kFloat32, ReduceOp::kMax);
+        inner().allreduce(buf.data(), buf.data(), n, DType::kFloat32, ReduceOp::kMax);
       }
       return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     };
@@ -220,7 +216,7 @@ class HierBackend final : public Backend {
   void broadcast(void *buf, int64_t bytes, int root) override {
     if (!always_ && bytes < threshold_) {
       last_ = "flat";
-      inner_->broadcast(buf, bytes, root);
+      inner().broadcast(buf, bytes, root);
       return;
     }
     last_ = "hierarchical";
@@ -239,7 +235,7 @@ class HierBackend final : public Backend {
     for (int64_t b : bytesPerRank) total += b;
     if (!always_ && total < threshold_) {
       last_ = "flat";
-      inner_->allgatherv(in, out, bytesPerRank);
+      inner().allgatherv(in, out, bytesPerRank);
       return;
     }
     last_ = "hierarchical";
@@ -271,16 +267,15 @@ class HierBackend final : public Backend {
   void alltoallv(const void *in, const std::vector<int64_t> &sendBytes, void *out,
                  const std::vector<int64_t> &recvBytes) override {
     last_ = "flat";
-    inner_->alltoallv(in, sendBytes, out, recvBytes);
+    inner().alltoallv(in, sendBytes, out, recvBytes);
   }
   void reducescatter(const void *in, void *out, const std::vector<int64_t> &counts, DType dtype,
                      ReduceOp op) override {
     last_ = "flat";
-    inner_->reducescatter(in, out, counts, dtype, op);
+    inner().reducescatter(in, out, counts, dtype, op);
   }
 
  private:
-  std::unique_ptr<Backend> inner_;
   std::unique_ptr<Group> local_;
   std::unique_ptr<ShmChannel> channel_;  // over local_
   std::unique_ptr<Backend> localPlane_;  // over local_: allgather and broadcast inside the host

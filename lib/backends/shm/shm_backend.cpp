@@ -12,23 +12,25 @@
 #include "base/error.h"
 #include "base/process.h"
 #include "core/forming.h"
+#include "core/wrapping_backend.h"
 
 namespace hora {
 namespace {
 
-// Allreduce (and the negotiation AND, and the bell) through the segment; every other collective
-// goes to inner_. Called like any Backend: one thread at a time, in the set's cycles.
-class ShmBackend final : public Backend {
+// Allreduce (and the negotiation AND, and the bell) through the segment; every other call goes
+// to the inner backend (WrappingBackend). Called like any Backend: one thread at a time, in the
+// set's cycles.
+class ShmBackend final : public WrappingBackend {
  public:
   ShmBackend(std::unique_ptr<Backend> inner, std::unique_ptr<ShmSegment> segment, int rank,
              int size, const Knobs &knobs)
-      : inner_(std::move(inner)),
+      : WrappingBackend(std::move(inner)),
         channel_(std::move(segment), rank, size, knobs.timeoutS),
         allreduce_(channel_, knobs.shm == "cma", knobs.shmStream),
         negotiation_(channel_),
-        name_(std::string(inner_->name()) + "+shm") {
-    // Allreduce here, in place and with half types; everything else as inner_ does it.
-    caps_ = inner_->caps();
+        name_(std::string(this->inner().name()) + "+shm") {
+    // Allreduce here, in place and with half types; everything else as the inner backend does it.
+    caps_ = this->inner().caps();
     caps_.reducesSpansInPlace = true;
     caps_.negotiationWords = ShmNegotiation::kWords;
     caps_.scope = BackendCaps::Scope::kOneHost;
@@ -43,36 +45,23 @@ class ShmBackend final : public Backend {
   const char *name() const override { return name_.c_str(); }
   void interrupt(const Status &why) override {
     channel_.barrier().interrupt(why);
-    inner_->interrupt(why);
+    WrappingBackend::interrupt(why);
   }
   PeerBell *peerBell() override { return channel_.bell(); }
-  ControlPlane *negotiationPlane() override { return inner_->negotiationPlane(); }
   const BackendCaps &caps() const override { return caps_; }
 
   void allreduceSpans(const std::vector<Span> &spans, DType dtype, ReduceOp op, double prescale,
                       double postscale) override {
+    ranHere(nullptr);
     allreduce_.run(spans, dtype, op, prescale, postscale);
   }
   void andWords(std::vector<uint64_t> &words) override { negotiation_.andWords(words); }
   void allreduce(const void *in, void *out, int64_t count, DType dtype, ReduceOp op) override {
+    ranHere(nullptr);
     allreduce_.run({{in, out, count}}, dtype, op, 1.0, 1.0);
   }
 
-  void broadcast(void *buf, int64_t bytes, int root) override { inner_->broadcast(buf, bytes, root); }
-  void allgatherv(const void *in, void *out, const std::vector<int64_t> &bytesPerRank) override {
-    inner_->allgatherv(in, out, bytesPerRank);
-  }
-  void alltoallv(const void *in, const std::vector<int64_t> &sendBytes, void *out,
-                 const std::vector<int64_t> &recvBytes) override {
-    inner_->alltoallv(in, sendBytes, out, recvBytes);
-  }
-  void reducescatter(const void *in, void *out, const std::vector<int64_t> &counts, DType dtype,
-                     ReduceOp op) override {
-    inner_->reducescatter(in, out, counts, dtype, op);
-  }
-
  private:
-  std::unique_ptr<Backend> inner_;
   ShmChannel channel_;  // before the pieces that hold a reference to it
   ShmAllreduce allreduce_;
   ShmNegotiation negotiation_;
