@@ -103,9 +103,9 @@ std::vector<Candidate> candidates(const Knobs &knobs) {
   return list;
 }
 
-}  // namespace
-
-std::unique_ptr<Backend> createCpuBackend(const Knobs &knobs, Bootstrap &bootstrap, Group &group) {
+// A plane for `group`: the first candidate that can serve it (HORA_CPU_BACKEND's, or the first in
+// order), with the shared segment's allreduce in front where every rank is on one host.
+std::unique_ptr<Backend> createPlane(const Knobs &knobs, Bootstrap &bootstrap, Group &group) {
   std::string tried;
   for (const Candidate &c : candidates(knobs)) {
     if (knobs.cpuBackend != "auto" && knobs.cpuBackend != c.name &&
@@ -119,15 +119,8 @@ std::unique_ptr<Backend> createCpuBackend(const Knobs &knobs, Bootstrap &bootstr
     if (backend) {
       if (group.size() == 1) return backend;
       backend = wrapWithShm(std::move(backend), group, knobs, &why);
-      if (backend->caps().scope == BackendCaps::Scope::kOneHost) return backend;
-      HORA_LOG(kInfo) << "intra-host shared-memory allreduce off: " << why;
-      // Every rank got the same answer above (wrapWithShm agrees on it), so all try this too.
-      std::string flat;
-      formingPhase(group, "forming the hierarchy's groups (one host; one rank per host)", [&] {
-        backend = wrapHierarchical(std::move(backend), bootstrap, group, knobs, &flat);
-      });
-      if (!flat.empty()) {
-        HORA_LOG(kInfo) << "hierarchical allreduce off: " << flat;
+      if (backend->caps().scope != BackendCaps::Scope::kOneHost) {
+        HORA_LOG(kInfo) << "intra-host shared-memory allreduce off: " << why;
       }
       return backend;
     }
@@ -136,6 +129,31 @@ std::unique_ptr<Backend> createCpuBackend(const Knobs &knobs, Bootstrap &bootstr
   HORA_THROW(HORA_ERR_UNSUPPORTED, "no CPU backend can serve a group of ", group.size(),
              " ranks in a world formed by ", bootstrap.launcher(),
              " (HORA_CPU_BACKEND=", knobs.cpuBackend, "): ", tried);
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> createCpuBackend(const Knobs &knobs, Bootstrap &bootstrap, Group &group) {
+  std::unique_ptr<Backend> backend = createPlane(knobs, bootstrap, group);
+  if (group.size() == 1 || backend->caps().scope == BackendCaps::Scope::kOneHost) return backend;
+  // Every rank got the same answer above (wrapWithShm agrees on it), so all try this too. The
+  // hierarchy's own planes: inside a host hora's own choice whatever HORA_CPU_BACKEND says (that
+  // knob is about the network; UCX, where built, then picks its shared-memory transports), flat;
+  // across hosts the set's choice.
+  Knobs inside = knobs;
+  inside.cpuBackend = "auto";
+  inside.hierarchical = "off";
+  const MakeHierPlane makePlane = [&](HierPlane which, Group &g) {
+    return createPlane(which == HierPlane::kInsideHost ? inside : knobs, bootstrap, g);
+  };
+  std::string flat;
+  formingPhase(group, "forming the hierarchy's groups (one host; one rank per host)", [&] {
+    backend = wrapHierarchical(std::move(backend), bootstrap, group, knobs, makePlane, &flat);
+  });
+  if (!flat.empty()) {
+    HORA_LOG(kInfo) << "hierarchical allreduce off: " << flat;
+  }
+  return backend;
 }
 
 std::unique_ptr<DeviceExecutor> createDeviceExecutor(ControlPlane &control, int device,

@@ -8,7 +8,6 @@
 #include <cstdlib>
 #include <map>
 
-#include "backends/registry.h"
 #include "backends/shm/hier_allreduce.h"
 #include "backends/shm/shm_channel.h"
 #include "backends/shm/shm_segment.h"
@@ -296,7 +295,8 @@ class HierBackend final : public WrappingBackend {
 }  // namespace
 
 std::unique_ptr<Backend> wrapHierarchical(std::unique_ptr<Backend> inner, Bootstrap &bootstrap,
-                                          Group &group, const Knobs &knobs, std::string *why) {
+                                          Group &group, const Knobs &knobs, const MakeHierPlane &makePlane,
+                                          std::string *why) {
   if (knobs.hierarchical == "off") {
     *why = "HORA_HIERARCHICAL=off";
     return inner;
@@ -335,19 +335,12 @@ std::unique_ptr<Backend> wrapHierarchical(std::unique_ptr<Backend> inner, Bootst
   auto channel = std::make_unique<ShmChannel>(std::move(segment), localGroup->rank(), localGroup->size(),
                                               knobs.timeoutS);
   channel->connect(localGroup->control());
-  // Inside the host, allgather and broadcast go through a plane of the host's ranks: hora's own
-  // choice whatever HORA_CPU_BACKEND says (UCX, whose shared-memory transports it then picks,
-  // where built), since that knob is about the network.
+  // Inside the host, allgather and broadcast go through a plane of the host's ranks.
   std::unique_ptr<Backend> localPlane;
-  {
-    Knobs inside = knobs;
-    inside.cpuBackend = "auto";
-    inside.hierarchical = "off";
-    try {
-      localPlane = createCpuBackend(inside, bootstrap, *localGroup);
-    } catch (const Error &e) {
-      failure = e.what();
-    }
+  try {
+    localPlane = makePlane(HierPlane::kInsideHost, *localGroup);
+  } catch (const Error &e) {
+    failure = e.what();
   }
   if (!everyRank(control, localPlane != nullptr, failure, why)) {
     *why = "no plane inside a host (" + *why + ")";
@@ -356,7 +349,7 @@ std::unique_ptr<Backend> wrapHierarchical(std::unique_ptr<Backend> inner, Bootst
   std::unique_ptr<Backend> crossPlane;
   if (crossGroup) {
     try {
-      crossPlane = createCpuBackend(knobs, bootstrap, *crossGroup);
+      crossPlane = makePlane(HierPlane::kAcrossHosts, *crossGroup);
     } catch (const Error &e) {
       failure = e.what();
     }

@@ -3,6 +3,7 @@
 // the set's cross-host plane between them.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -24,7 +25,14 @@ namespace hora {
 // moves N/K bytes per owner across hosts, K owners per host in parallel (HierAllreduce): each
 // host's link carries about the buffer once per direction, where a flat ring carries 2(P-1)/P
 // times it through every rank.
+//
+// Its own planes come from `makePlane`, which the composition root (backends/registry.cpp)
+// supplies: it decides what serves inside a host and what across hosts, and neither is wrapped
+// hierarchically again. Collective over `group` as a plane's making is.
+enum class HierPlane { kInsideHost, kAcrossHosts };
+using MakeHierPlane = std::function<std::unique_ptr<Backend>(HierPlane which, Group &group)>;
 std::unique_ptr<Backend> wrapHierarchical(std::unique_ptr<Backend> inner, Bootstrap &bootstrap,
-                                          Group &group, const Knobs &knobs, std::string *why);
+                                          Group &group, const Knobs &knobs, const MakeHierPlane &makePlane,
+                                          std::string *why);
 
 }  // namespace hora
