@@ -16,9 +16,9 @@
 #include <set>
 #include <sstream>
 
-#include "base/error.h"
+#include <unistd.h>  // environ (a GNU extension of it, which g++ enables)
 
-extern char **environ;
+#include "base/error.h"
 
 namespace hora {
 namespace {
