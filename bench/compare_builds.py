@@ -3,7 +3,7 @@
 """Before against after: hora-bench from two build trees, in one run, alternating.
 
     bench/compare_builds.py --old OLD_BUILD --new NEW_BUILD [--runs 5] [--sizes 4,4K,1M,64M]
-        [--planes shm,mpi,gloo,ucx] [--np 2] [--coll allreduce] [-- LAUNCHER...]
+        [--planes shm,mpi,gloo,ucx] [--np 2] [--coll allreduce] [--iters N] [-- LAUNCHER...]
 
 Each run times every size on every plane with the old build's hora-bench and then the new one's
 (the order swapped every other run, so that a machine that slows down over the run does not
@@ -83,6 +83,7 @@ def main():
     p.add_argument('--np', type=int, default=2)
     p.add_argument('--coll', default='allreduce')
     p.add_argument('--trials', type=int, default=3)
+    p.add_argument('--iters', type=int, default=0, help='ops per loop (default 200, 20 from 16 MiB)')
     p.add_argument('launcher', nargs='*')
     args = p.parse_args()
     launcher = args.launcher or default_launcher(args.np)
@@ -96,11 +97,12 @@ def main():
         for side, build in sides:
             for plane in planes:
                 for size in sizes:
-                    iters = 20 if size >= 16 << 20 else 200
+                    iters = args.iters or (20 if size >= 16 << 20 else 200)
                     t = run_bench(launcher, build, args.coll, size, plane, iters, args.trials)
                     times.setdefault((plane, size, side), []).append(t)
         print(f'# run {run + 1} of {args.runs} done', file=sys.stderr, flush=True)
-    print(f'{args.coll}, {args.np} ranks, hora out of place, us per op over {args.runs} runs '
+    ranks = f'{args.np} ranks' if not args.launcher else shlex.join(args.launcher)
+    print(f'{args.coll}, {ranks}, hora out of place, us per op over {args.runs} runs '
           f'(each the median of {args.trials} loops); old: {args.old}, new: {args.new}')
     print()
     print('| plane | size | old median | new median | new / old | old mean | new mean |')
