@@ -58,6 +58,33 @@ const ContextCalls &contextCalls() {
   return calls;
 }
 
+// The calling thread's CUDA context (its device too, which the fallback restores where the
+// driver's context calls are missing), and how to put it back exactly (none stays none).
+struct ThreadContext {
+  DriverContext context = nullptr;
+  bool haveContext = false;  // the driver's calls gave `context` (nullptr: none current)
+  int device = -1;           // cudaGetDevice's (which creates no context); -1 where it failed
+  int deviceError = cudaSuccess;
+
+  static ThreadContext current() noexcept {
+    ThreadContext c;
+    const ContextCalls &calls = contextCalls();
+    c.haveContext = calls.getCurrent != nullptr && calls.getCurrent(&c.context) == kDriverSuccess;
+    c.deviceError = cudaGetDevice(&c.device);
+    if (c.deviceError != cudaSuccess) {
+      cudaGetLastError();
+      c.device = -1;
+    }
+    return c;
+  }
+  void restore() const noexcept {
+    const bool restored = haveContext ? contextCalls().setCurrent(context) == kDriverSuccess
+                          : device >= 0 ? cudaSetDevice(device) == cudaSuccess
+                                        : true;
+    if (!restored) cudaGetLastError();
+  }
+};
+
 }  // namespace
 
 void check(int err, const char *what) {
@@ -147,13 +174,10 @@ void Stream::synchronize() {
 // on GPU 0, hundreds of MB in every process whatever its own GPU. Without the driver's context
 // calls, the device cudaGetDevice names is restored as before.
 std::shared_ptr<void> recordEvent(int device, void *stream) {
-  const ContextCalls &ctx = contextCalls();
-  DriverContext saved = nullptr;
-  const bool restoreContext = ctx.getCurrent != nullptr && ctx.getCurrent(&saved) == kDriverSuccess;
-  int previous = 0;
-  check(cudaGetDevice(&previous), "cudaGetDevice");  // creates no context
+  const ThreadContext saved = ThreadContext::current();
+  check(saved.deviceError, "cudaGetDevice");
   // With no context current, using any device makes its context current: put "none" back.
-  const bool switched = previous != device || (restoreContext && saved == nullptr);
+  const bool switched = saved.device != device || (saved.haveContext && saved.context == nullptr);
   // Nothing throws until the thread's context is back.
   cudaEvent_t event = nullptr;
   cudaError_t err = switched ? cudaSetDevice(device) : cudaSuccess;
@@ -162,11 +186,7 @@ std::shared_ptr<void> recordEvent(int device, void *stream) {
     err = cudaEventRecord(event, stream == nullptr ? cudaStreamLegacy : static_cast<cudaStream_t>(stream));
     if (err != cudaSuccess) cudaEventDestroy(event);
   }
-  if (switched) {
-    const bool restored = restoreContext ? ctx.setCurrent(saved) == kDriverSuccess
-                                         : cudaSetDevice(previous) == cudaSuccess;
-    if (!restored) cudaGetLastError();
-  }
+  if (switched) saved.restore();
   check(err, "recording the caller's stream");
   return std::shared_ptr<void>(event, [](void *e) {
     if (cudaEventDestroy(static_cast<cudaEvent_t>(e)) != cudaSuccess) cudaGetLastError();
@@ -174,25 +194,8 @@ std::shared_ptr<void> recordEvent(int device, void *stream) {
 }
 
 std::shared_ptr<void> keepContext() noexcept {
-  struct Saved {
-    DriverContext context = nullptr;
-    bool haveContext = false;
-    int device = -1;
-  };
-  auto saved = std::make_shared<Saved>();
-  const ContextCalls &ctx = contextCalls();
-  saved->haveContext = ctx.getCurrent != nullptr && ctx.getCurrent(&saved->context) == kDriverSuccess;
-  if (!saved->haveContext && cudaGetDevice(&saved->device) != cudaSuccess) {  // creates no context
-    cudaGetLastError();
-    saved->device = -1;
-  }
-  return std::shared_ptr<void>(saved.get(), [saved](void *) {
-    const ContextCalls &calls = contextCalls();
-    const bool restored = saved->haveContext ? calls.setCurrent(saved->context) == kDriverSuccess
-                          : saved->device >= 0 ? cudaSetDevice(saved->device) == cudaSuccess
-                                               : true;
-    if (!restored) cudaGetLastError();
-  });
+  auto saved = std::make_shared<ThreadContext>(ThreadContext::current());
+  return std::shared_ptr<void>(saved.get(), [saved](void *) { saved->restore(); });
 }
 
 // cudaErrorNotReady is "not yet", not an error: it is taken out of the thread's error slot, or the
