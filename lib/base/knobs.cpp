@@ -139,6 +139,26 @@ const std::vector<KnobSpec> kTable = {
        return parseWhole(t, 1, 1 << 20, &k.ucxChunkKiB, why);
      },
      [](const Knobs &k) { return std::to_string(k.ucxChunkKiB); }},
+    {"HORA_ALGORITHM", "",
+     "Gloo and UCX planes: force algorithms, `COLLECTIVE=NAME,...` (e.g. `allreduce=ring`); "
+     "a forced one runs wherever it can, else the table's size rule picks. `hora-info` lists "
+     "the tables (allreduce, reducescatter, broadcast, allgatherv, alltoallv)",
+     [](const std::string &t, Knobs &k, std::string *why) {
+       for (size_t at = 0; at <= t.size();) {
+         size_t end = t.find(',', at);
+         if (end == std::string::npos) end = t.size();
+         const std::string item = t.substr(at, end - at);
+         if (!item.empty() && (item.find('=') == std::string::npos || item.front() == '=' ||
+                               item.back() == '=')) {
+           *why = "expected COLLECTIVE=NAME[,COLLECTIVE=NAME...], e.g. allreduce=ring";
+           return false;
+         }
+         at = end + 1;
+       }
+       k.algorithm = t;
+       return true;
+     },
+     [](const Knobs &k) { return k.algorithm; }},
     {"HORA_UCX_SPIN_US", "50",
      "UCX plane: how long a rank waiting in a collective polls, microseconds, before it sleeps "
      "until UCX wakes it (0: sleeps at once)",

@@ -45,6 +45,9 @@ struct Knobs {
   int64_t ucxSmallKiB = 64;    // up to here allreduce uses recursive doubling
   int64_t ucxChunkKiB = 256;   // pipeline unit of the ring and the broadcast chain
   double ucxSpinUs = 50;       // a wait polls this long before it sleeps
+  // The Gloo and UCX planes: "allreduce=ring,..." forces algorithms of the tables
+  // (lib/core/collectives/algorithms.h); "" = each table's size rules.
+  std::string algorithm;
 
   // Reads every HORA_* variable and its aliases; throws Error(HORA_ERR_INVALID_ARGUMENT) naming
   // the variable, the bad value and what is accepted. With `report`, also says where each value
