@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "base/knobs.h"
+#include "core/collectives/algorithms.h"
 #include "hora_config.h"
 #include "hora_info_config.h"  // the Python package and the torch backend, as configured
 #if HORA_HAVE_UCX
@@ -176,6 +177,17 @@ int main(int argc, char **argv) {
                                                "size a model measured as the set forms gives (shared memory "
                                                "inside each host, the plane across); below, the plane's own");
   std::printf("  (HORA_LOG_LEVEL=info logs each set's choice; a timeline's operations carry \"algorithm\")\n\n");
+  // The Gloo and UCX planes' algorithm tables, in the order their size rules are tried.
+  std::printf("algorithms of the gloo and ucx planes (first whose rule holds; HORA_ALGORITHM=%s):\n",
+              current.algorithm.empty() ? "unset" : current.algorithm.c_str());
+  for (size_t c = 0; c < hora::collectives::kNumCollectives; ++c) {
+    const auto collective = static_cast<hora::collectives::Collective>(c);
+    std::printf("  %s\n", hora::collectives::collectiveName(collective));
+    for (const hora::collectives::Algorithm &a : hora::collectives::table(collective)) {
+      std::printf("    %-20s %s\n", a.name, a.rule);
+    }
+  }
+  std::printf("\n");
   std::printf("%-24s %-10s %-12s %s\n", "knob", "default", "current", "meaning");
   for (const hora::KnobSpec &k : hora::knobTable()) {
     std::string value = k.show(current);

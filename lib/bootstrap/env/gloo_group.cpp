@@ -14,6 +14,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -33,6 +34,7 @@
 #include "bootstrap/env/auth.h"
 #include "base/test_points.h"
 #include "bootstrap/env/pair_auth.h"
+#include "core/collectives/link_backend.h"
 #include "core/forming.h"
 
 namespace hora {
@@ -67,51 +69,6 @@ class StoreAdapter final : public gloo::rendezvous::Store {
   }
   std::shared_ptr<TcpStoreClient> store_;
   std::string prefix_;
-};
-
-class GlooControlPlane final : public ControlPlane {
- public:
-  explicit GlooControlPlane(std::shared_ptr<GlooMesh> mesh) : mesh_(std::move(mesh)) {}
-  int rank() const override { return mesh_->rank(); }
-  int size() const override { return mesh_->size(); }
-
-  void allreduceAnd(std::vector<uint64_t> &words) override {
-    if (words.empty() || size() == 1) return;
-    glooCall(label("negotiation (waiting for every rank to start the same cycle)",
-                   "the AND of every rank's words"),
-             rank(), [&] {
-      mesh_->allreduce(words.data(), words.size(), sizeof(uint64_t),
-                       [](void *dst, const void *src, size_t n) {
-                         auto *d = static_cast<uint64_t *>(dst);
-                         const auto *s = static_cast<const uint64_t *>(src);
-                         for (size_t i = 0; i < n; ++i) d[i] &= s[i];
-                       });
-    });
-  }
-
-  std::vector<std::string> gatherToRoot(const std::string &blob) override {
-    if (size() == 1) return {blob};
-    std::vector<std::string> out;
-    glooCall(label("negotiation (gathering requests at the coordinator)",
-                   "gathering every rank's words at rank 0"),
-             rank(), [&] { out = mesh_->gatherToRoot(blob); });
-    return out;
-  }
-
-  void broadcastFromRoot(std::string &blob) override {
-    if (size() == 1) return;
-    glooCall(label("negotiation (waiting for the coordinator's responses)",
-                   "rank 0's words to every rank"),
-             rank(), [&] { mesh_->broadcastFromRoot(blob); });
-  }
-
- private:
-  // The collective in the engine's words, or while a group forms (the phase names the purpose)
-  // in plain ones.
-  static const char *label(const char *negotiating, const char *forming) {
-    return FormingScope::current().empty() ? negotiating : forming;
-  }
-  std::shared_ptr<GlooMesh> mesh_;
 };
 
 // How long a peer-loss error waits for a named peer on this host to be seen gone (see peerIn).
@@ -355,12 +312,6 @@ namespace {
 // lengths are known to both sides), and a control message whose length only the sender knows
 // travels as [u64 length][bytes].
 
-// Recursive doubling sends the whole buffer log2(size) times but takes log2(size) rounds; the
-// ring sends 2(size-1)/size of it in 2(size-1) rounds and reduces only its share. Measured on 2
-// local ranks with full-duplex transfers, the ring wins from about 64 KiB up
-// (docs/gloo-speed.md).
-constexpr size_t kDoublingLimit = size_t{64} << 10;
-
 // The socket of each pair, found by both of its ends: Gloo does not hand it out. The local end
 // alone is not enough: where this rank connected (rather than accepted), the kernel may give two
 // of its pairs' connections one local port, since their remote ends differ, and a socket found by
@@ -415,7 +366,10 @@ namespace {
 
 GlooMesh::GlooMesh(std::shared_ptr<gloo::Context> context,
                    const std::vector<std::string> &peerAddresses)
-    : context_(std::move(context)), rank_(context_->rank), size_(context_->size) {
+    : context_(std::move(context)), rank_(context_->rank), size_(context_->size),
+      sends_(static_cast<size_t>(size_)), recvs_(static_cast<size_t>(size_)) {
+  tuning_.smallBytes = size_t{64} << 10;
+  tuning_.chunkBytes = size_t{64} << 10;
   const auto timeout = context_->getTimeout();
   timeoutMs_ = timeout == gloo::kNoTimeout ? -1 : static_cast<int64_t>(timeout.count());
   for (int peer = 0; peer < size_; ++peer) {
@@ -443,11 +397,6 @@ GlooMesh::GlooMesh(std::shared_ptr<gloo::Context> context,
   }
 }
 
-uint8_t *GlooMesh::scratch(size_t bytes) {
-  if (scratch_.size() < bytes) scratch_.resize(bytes);
-  return scratch_.data();
-}
-
 void GlooMesh::interrupt(const Status &why) {
   if (!interrupted_.raise(why)) return;
   for (int fd : sockets_) {
@@ -467,49 +416,136 @@ void GlooMesh::fail(int peer, const char *what, int error) const {
                      error == EPIPE || error == ECONNRESET ? " (connection reset)" : ""));
 }
 
-size_t GlooMesh::sendSome(int to, const uint8_t *data, size_t bytes) {
-  const ssize_t n = ::send(sockets_[static_cast<size_t>(to)], data, std::min(slice(), bytes),
-                           MSG_NOSIGNAL | MSG_DONTWAIT);
-  if (n > 0) return static_cast<size_t>(n);
-  if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) fail(to, "writing to", errno);
-  return 0;
-}
-
-size_t GlooMesh::recvSome(int from, uint8_t *data, size_t bytes) {
-  const ssize_t n =
-      ::recv(sockets_[static_cast<size_t>(from)], data, std::min(slice(), bytes), MSG_DONTWAIT);
-  if (n > 0) return static_cast<size_t>(n);
-  if (n == 0) fail(from, "reading", 0);
-  if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) fail(from, "reading from", errno);
-  return 0;
-}
-
-void GlooMesh::await(int to, int from, Deadline &deadline, bool brief) {
+Link::Ticket GlooMesh::post(int peer, bool send, void *data, size_t bytes) {
   interrupted_.check();
-  pollfd fds[2];
-  nfds_t count = 0;
-  if (to >= 0) fds[count++] = {sockets_[static_cast<size_t>(to)], POLLOUT, 0};
-  if (from >= 0) {
-    const int fd = sockets_[static_cast<size_t>(from)];
-    // The messages of a collective alternate in both directions, which puts Linux's TCP in its
-    // interactive mode: it delays ACKs to ride on the next reply, and a sender that needs them
-    // (more in flight than the window it was given) waits for the 40 ms delayed-ACK timer or a
-    // tail-loss probe. Quick ACKs for what is read next avoid that.
-    const int on = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &on, sizeof on);
-    if (count == 1 && fds[0].fd == fd) {
-      fds[0].events |= POLLIN;
+  if (outOfStep_) {
+    throw std::runtime_error("the gloo mesh is out of step after a failed collective");
+  }
+  Queue &queue = (send ? sends_ : recvs_)[static_cast<size_t>(peer)];
+  queue.pending.push_back({static_cast<uint8_t *>(data), bytes, 0});
+  pendingBytes_ += bytes;
+  // The ticket: the message's place in its queue, the peer, the direction.
+  return (queue.posted++ << 21) | (static_cast<uint64_t>(peer) << 1) | (send ? 1u : 0u);
+}
+
+Link::Ticket GlooMesh::postSend(int peer, const void *data, size_t bytes) {
+  return post(peer, true, const_cast<void *>(data), bytes);
+}
+
+Link::Ticket GlooMesh::postRecv(int peer, void *data, size_t bytes) {
+  return post(peer, false, data, bytes);
+}
+
+bool GlooMesh::isDone(Ticket ticket) const {
+  const auto peer = static_cast<size_t>((ticket >> 1) & 0xfffff);
+  const Queue &queue = ((ticket & 1u) != 0 ? sends_ : recvs_)[peer];
+  return (ticket >> 21) < queue.completed;
+}
+
+size_t GlooMesh::pump(int peer, bool send, Queue &queue) {
+  iovec parts[16];
+  int count = 0;
+  size_t room = slice();
+  for (auto it = queue.pending.begin(); it != queue.pending.end() && count < 16 && room > 0; ++it) {
+    const size_t n = std::min(room, it->bytes - it->moved);
+    parts[count++] = {it->data + it->moved, n};
+    room -= n;
+  }
+  size_t moved = 0;
+  if (room < slice()) {
+    const int fd = sockets_[static_cast<size_t>(peer)];
+    msghdr message{};
+    message.msg_iov = parts;
+    message.msg_iovlen = static_cast<size_t>(count);
+    const ssize_t n = send ? ::sendmsg(fd, &message, MSG_NOSIGNAL | MSG_DONTWAIT)
+                           : ::recvmsg(fd, &message, MSG_DONTWAIT);
+    if (n == 0 && !send) fail(peer, "reading", 0);
+    if (n < 0) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        fail(peer, send ? "writing to" : "reading from", errno);
+      }
     } else {
-      fds[count++] = {fd, POLLIN, 0};
+      moved = static_cast<size_t>(n);
     }
   }
+  pendingBytes_ -= moved;
+  // Complete what is whole, empty messages included.
+  for (size_t left = moved; !queue.pending.empty();) {
+    Transfer &head = queue.pending.front();
+    const size_t n = std::min(left, head.bytes - head.moved);
+    head.moved += n;
+    left -= n;
+    if (head.moved < head.bytes) break;
+    queue.pending.pop_front();
+    ++queue.completed;
+  }
+  return moved;
+}
+
+bool GlooMesh::progress() {
+  bool moved = false;
+  for (int peer = 0; peer < size_; ++peer) {
+    Queue &out = sends_[static_cast<size_t>(peer)], &in = recvs_[static_cast<size_t>(peer)];
+    if (!out.pending.empty() && pump(peer, true, out) > 0) moved = true;
+    if (!in.pending.empty() && pump(peer, false, in) > 0) moved = true;
+  }
+  return moved;
+}
+
+void GlooMesh::wait(Ticket ticket) {
+  if (isDone(ticket)) return;
+  const int peer = static_cast<int>((ticket >> 1) & 0xfffff);
+  Deadline deadline(timeoutMs_);
+  const bool brief = pendingBytes_ <= tuning_.chunkBytes;
+  while (!isDone(ticket)) {
+    if (progress()) {
+      deadline.progressed();
+    } else if (!isDone(ticket)) {
+      await(peer, deadline, brief);
+    }
+  }
+}
+
+void GlooMesh::drop(Ticket ticket) {
+  if (isDone(ticket)) return;
+  // The streams can no longer be told apart: nothing more goes over this mesh.
+  outOfStep_ = true;
+  for (std::vector<Queue> *side : {&sends_, &recvs_}) {
+    for (Queue &queue : *side) queue.pending.clear();
+  }
+  pendingBytes_ = 0;
+}
+
+void GlooMesh::guard(const char *what, const std::function<void()> &body) {
+  glooCall(what, rank_, body);
+}
+
+void GlooMesh::await(int peer, Deadline &deadline, bool brief) {
+  interrupted_.check();
+  std::vector<pollfd> fds;
+  for (int p = 0; p < size_; ++p) {
+    const bool out = !sends_[static_cast<size_t>(p)].pending.empty();
+    const bool in = !recvs_[static_cast<size_t>(p)].pending.empty();
+    if (!out && !in) continue;
+    const int fd = sockets_[static_cast<size_t>(p)];
+    if (in) {
+      // The messages of a collective alternate in both directions, which puts Linux's TCP in its
+      // interactive mode: it delays ACKs to ride on the next reply, and a sender that needs them
+      // (more in flight than the window it was given) waits for the 40 ms delayed-ACK timer or a
+      // tail-loss probe. Quick ACKs for what is read next avoid that.
+      const int on = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &on, sizeof on);
+    }
+    fds.push_back({fd, static_cast<short>((out ? POLLOUT : 0) | (in ? POLLIN : 0)), 0});
+  }
+  const auto count = static_cast<nfds_t>(fds.size());
   if (brief && spinUs_.count() > 0) {
     // A reply to a small message comes within one network round trip when the peer is running:
     // looking for it spares this thread a sleep and a wake-up (bare sockets between two
     // namespace hosts: 20 against 85 us for two exchanges, bench/hora_link.cpp).
     const auto end = std::chrono::steady_clock::now() + spinUs_;
     do {
-      if (poll(fds, count, 0) > 0) return;
+      if (poll(fds.data(), count, 0) > 0) return;
       sched_yield();  // a peer on this core may be the one to answer
     } while (std::chrono::steady_clock::now() < end);
   }
@@ -519,283 +555,19 @@ void GlooMesh::await(int to, int from, Deadline &deadline, bool brief) {
                           deadline.at - std::chrono::steady_clock::now())
                           .count();
     if (left <= 0) {
-      const int peer = from >= 0 ? from : to;
       throw std::runtime_error(detail::concat("Timed out after ", timeoutMs_,
                                               " ms waiting for rank ", peer, " ",
                                               peerNames_[static_cast<size_t>(peer)]));
     }
     waitMs = static_cast<int>(std::min<int64_t>(left + 1, 1 << 30));
   }
-  if (poll(fds, count, waitMs) < 0 && errno != EINTR) {
+  if (poll(fds.data(), count, waitMs) < 0 && errno != EINTR) {
     throw std::runtime_error(detail::concat("poll: ", std::strerror(errno)));
   }
 }
 
 void GlooMesh::Deadline::progressed() {
   if (patience.count() >= 0) at = std::chrono::steady_clock::now() + patience;
-}
-
-void GlooMesh::exchange(int to, const void *send, size_t sendBytes, int from, void *recv,
-                        size_t recvBytes, const std::function<void(size_t, size_t)> &onChunk) {
-  if (to < 0) sendBytes = 0;
-  if (from < 0) recvBytes = 0;
-  if (sendBytes == 0 && recvBytes == 0) return;
-  const auto *src = static_cast<const uint8_t *>(send);
-  auto *dst = static_cast<uint8_t *>(recv);
-  size_t sent = 0, got = 0, reduced = 0;
-  Deadline deadline(timeoutMs_);
-  while (sent < sendBytes || got < recvBytes) {
-    size_t moved = 0;
-    if (sent < sendBytes) {
-      const size_t n = sendSome(to, src + sent, sendBytes - sent);
-      sent += n;
-      moved += n;
-    }
-    if (got < recvBytes) {
-      const size_t n = recvSome(from, dst + got, recvBytes - got);
-      got += n;
-      moved += n;
-      while (onChunk && (got - reduced >= chunkBytes_ || (got == recvBytes && reduced < got))) {
-        const size_t length = std::min(chunkBytes_, got - reduced);
-        onChunk(reduced, length);
-        reduced += length;
-      }
-    }
-    if (moved > 0) {
-      deadline.progressed();
-    } else {
-      await(sent < sendBytes ? to : -1, got < recvBytes ? from : -1, deadline,
-            sendBytes + recvBytes <= chunkBytes_);
-    }
-  }
-}
-
-void GlooMesh::allreduce(void *buf, size_t count, size_t elementSize, const Reduce &reduce) {
-  if (size_ == 1 || count == 0) return;
-  const size_t bytes = count * elementSize;
-  if (bytes <= kDoublingLimit || count < static_cast<size_t>(size_)) {
-    recursiveDoubling(buf, bytes, elementSize, reduce);
-  } else {
-    ring(buf, count, elementSize, reduce);
-  }
-}
-
-// Pairs of ranks swap their whole buffers and combine, log2(size) times; with a size that is
-// not a power of two, the first 2 x extra ranks fold in pairs first and get the result back
-// last. Both partners of a swap compute lower-rank op higher-rank from equal operands, so every
-// rank ends with the same bits.
-void GlooMesh::recursiveDoubling(void *buf, size_t bytes, size_t elementSize, const Reduce &reduce) {
-  auto *data = static_cast<uint8_t *>(buf);
-  uint8_t *theirs = scratch(bytes);
-  const size_t count = bytes / elementSize;
-  auto combine = [&](int peer) {
-    if (peer < rank_) {
-      reduce(theirs, data, count);
-      std::memcpy(data, theirs, bytes);
-    } else {
-      reduce(data, theirs, count);
-    }
-  };
-  int pow2 = 1;
-  while (pow2 * 2 <= size_) pow2 *= 2;
-  const int extra = size_ - pow2;
-  int virt = rank_ - extra;
-  if (rank_ < 2 * extra) {
-    if (rank_ % 2 == 0) {
-      exchange(rank_ + 1, data, bytes, -1, nullptr, 0);
-      virt = -1;
-    } else {
-      exchange(-1, nullptr, 0, rank_ - 1, theirs, bytes);
-      combine(rank_ - 1);
-      virt = rank_ / 2;
-    }
-  }
-  if (virt >= 0) {
-    for (int mask = 1; mask < pow2; mask <<= 1) {
-      const int other = virt ^ mask;
-      const int peer = other < extra ? 2 * other + 1 : other + extra;
-      exchange(peer, data, bytes, peer, theirs, bytes);
-      combine(peer);
-    }
-  }
-  if (rank_ < 2 * extra) {
-    if (rank_ % 2 == 1) {
-      exchange(rank_ - 1, data, bytes, -1, nullptr, 0);
-    } else {
-      exchange(-1, nullptr, 0, rank_ + 1, data, bytes);
-    }
-  }
-}
-
-// Reduce-scatter then allgather around the ring, size blocks of whole elements. Each block is
-// reduced along one fixed chain of ranks, then copied to everyone: the same bits everywhere.
-//
-// The 2(size-1) steps run as one stream each way: step k sends the block that step k-1 received
-// (reduced, during the reduce-scatter), so its bytes go out as soon as they have been reduced or
-// received, without waiting for the step to end on either side. Receiving never waits for
-// anything, so the stream cannot deadlock.
-void GlooMesh::ring(void *buf, size_t count, size_t elementSize, const Reduce &reduce) {
-  auto *data = static_cast<uint8_t *>(buf);
-  const auto n = static_cast<size_t>(size_);
-  std::vector<size_t> offset(n + 1, 0);
-  for (size_t b = 0; b < n; ++b) {
-    offset[b + 1] = offset[b] + (count / n + (b < count % n ? 1 : 0)) * elementSize;
-  }
-  auto block = [&](int b) { return static_cast<size_t>((b % size_ + size_) % size_); };
-  const int right = (rank_ + 1) % size_, left = (rank_ + size_ - 1) % size_;
-  const int scatterSteps = size_ - 1, steps = 2 * (size_ - 1);
-  auto outBlock = [&](int k) {
-    return k < scatterSteps ? block(rank_ - k) : block(rank_ + 1 - (k - scatterSteps));
-  };
-  auto inBlock = [&](int k) {
-    return k < scatterSteps ? block(rank_ - k - 1) : block(rank_ - (k - scatterSteps));
-  };
-  auto length = [&](size_t b) { return offset[b + 1] - offset[b]; };
-  uint8_t *theirs = scratch(offset[1] - offset[0]);  // block 0 is the largest
-  int sendStep = 0, recvStep = 0;
-  size_t sent = 0;            // bytes of step sendStep's block gone out
-  size_t got = 0, done = 0;   // bytes of step recvStep's block received, and reduced (or final)
-  Deadline deadline(timeoutMs_);
-  while (sendStep < steps || recvStep < steps) {
-    size_t moved = 0;
-    size_t ready = 0;  // how much of the current send block may go out
-    if (sendStep < steps) {
-      const size_t total = length(outBlock(sendStep));
-      ready = sendStep == 0 || sendStep - 1 < recvStep ? total : done;
-      // While the block is still being reduced, send whole slices only: fewer, larger writes.
-      if (ready < total) ready = sent + (ready - sent) / slice() * slice();
-      if (sent < ready) {
-        const size_t n = sendSome(right, data + offset[outBlock(sendStep)] + sent, ready - sent);
-        sent += n;
-        moved += n;
-      }
-      if (sent == total) {
-        ++sendStep;
-        sent = 0;
-        continue;
-      }
-    }
-    if (recvStep < steps) {
-      const size_t in = inBlock(recvStep), total = length(in);
-      uint8_t *mine = data + offset[in];
-      const bool reducing = recvStep < scatterSteps;
-      if (got < total) {
-        const size_t n = recvSome(left, (reducing ? theirs : mine) + got, total - got);
-        got += n;
-        moved += n;
-      }
-      if (reducing) {
-        while (got - done >= chunkBytes_ || (got == total && done < got)) {
-          const size_t chunk = std::min(chunkBytes_, got - done);
-          reduce(mine + done, theirs + done, chunk / elementSize);
-          done += chunk;
-        }
-      } else {
-        done = got;
-      }
-      if (done == total) {
-        ++recvStep;
-        got = done = 0;
-        continue;
-      }
-    }
-    if (moved > 0) {
-      deadline.progressed();
-    } else {
-      const bool canSend = sendStep < steps && sent < ready;
-      await(canSend ? right : -1, recvStep < steps ? left : -1, deadline);
-    }
-  }
-}
-
-void GlooMesh::broadcast(void *buf, size_t bytes, int root) {
-  if (size_ == 1 || bytes == 0) return;
-  const int virt = (rank_ - root + size_) % size_;
-  int mask = 1;
-  for (; mask < size_; mask <<= 1) {
-    if (virt & mask) {
-      exchange(-1, nullptr, 0, (virt - mask + root) % size_, buf, bytes);
-      break;
-    }
-  }
-  for (mask >>= 1; mask > 0; mask >>= 1) {
-    if (virt + mask < size_) exchange((virt + mask + root) % size_, buf, bytes, -1, nullptr, 0);
-  }
-}
-
-void GlooMesh::allgatherv(const void *in, void *out, const std::vector<size_t> &bytes) {
-  const auto n = static_cast<size_t>(size_);
-  std::vector<size_t> offset(n + 1, 0);
-  for (size_t r = 0; r < n; ++r) offset[r + 1] = offset[r] + bytes[r];
-  auto *data = static_cast<uint8_t *>(out);
-  const auto me = static_cast<size_t>(rank_);
-  if (bytes[me] > 0 && data + offset[me] != in) std::memmove(data + offset[me], in, bytes[me]);
-  auto block = [&](int b) { return static_cast<size_t>((b % size_ + size_) % size_); };
-  const int right = (rank_ + 1) % size_, left = (rank_ + size_ - 1) % size_;
-  for (int step = 0; step + 1 < size_; ++step) {
-    const size_t send = block(rank_ - step), recv = block(rank_ - step - 1);
-    exchange(right, data + offset[send], bytes[send], left, data + offset[recv], bytes[recv]);
-  }
-}
-
-void GlooMesh::alltoallv(const void *in, const std::vector<size_t> &sendBytes, void *out,
-                         const std::vector<size_t> &recvBytes) {
-  const auto n = static_cast<size_t>(size_);
-  std::vector<size_t> sendAt(n + 1, 0), recvAt(n + 1, 0);
-  for (size_t r = 0; r < n; ++r) {
-    sendAt[r + 1] = sendAt[r] + sendBytes[r];
-    recvAt[r + 1] = recvAt[r] + recvBytes[r];
-  }
-  const auto *src = static_cast<const uint8_t *>(in);
-  auto *dst = static_cast<uint8_t *>(out);
-  const auto me = static_cast<size_t>(rank_);
-  if (sendBytes[me] > 0) std::memmove(dst + recvAt[me], src + sendAt[me], sendBytes[me]);
-  for (int step = 1; step < size_; ++step) {
-    const auto to = static_cast<size_t>((rank_ + step) % size_);
-    const auto from = static_cast<size_t>((rank_ + size_ - step) % size_);
-    exchange(static_cast<int>(to), src + sendAt[to], sendBytes[to], static_cast<int>(from),
-             dst + recvAt[from], recvBytes[from]);
-  }
-}
-
-void GlooMesh::sendBlob(int to, const std::string &blob) {
-  const uint64_t length = blob.size();
-  uint8_t *message = scratch(sizeof length + blob.size());
-  std::memcpy(message, &length, sizeof length);
-  std::memcpy(message + sizeof length, blob.data(), blob.size());
-  exchange(to, message, sizeof length + blob.size(), -1, nullptr, 0);
-}
-
-std::string GlooMesh::recvBlob(int from) {
-  uint64_t length = 0;
-  exchange(-1, nullptr, 0, from, &length, sizeof length);
-  std::string blob(length, '\0');
-  exchange(-1, nullptr, 0, from, blob.data(), blob.size());
-  return blob;
-}
-
-std::vector<std::string> GlooMesh::gatherToRoot(const std::string &blob) {
-  if (rank_ != 0) {
-    sendBlob(0, blob);
-    return {};
-  }
-  std::vector<std::string> out(static_cast<size_t>(size_));
-  out[0] = blob;
-  for (int r = 1; r < size_; ++r) out[static_cast<size_t>(r)] = recvBlob(r);
-  return out;
-}
-
-void GlooMesh::broadcastFromRoot(std::string &blob) {
-  int mask = 1;
-  for (; mask < size_; mask <<= 1) {
-    if (rank_ & mask) {
-      blob = recvBlob(rank_ - mask);
-      break;
-    }
-  }
-  for (mask >>= 1; mask > 0; mask >>= 1) {
-    if (rank_ + mask < size_) sendBlob(rank_ + mask, blob);
-  }
 }
 
 GlooGroup::GlooGroup(std::shared_ptr<TcpStoreClient> store, const std::string &prefix, int rank,
@@ -848,7 +620,7 @@ GlooGroup::GlooGroup(std::shared_ptr<TcpStoreClient> store, const std::string &p
     storeBarrier(*store, prefix + "switched/", rank, size, timeoutS,
                  "switched its gloo pairs to hora's transfers");
   });
-  plane_ = std::make_unique<GlooControlPlane>(mesh_);
+  plane_ = std::make_unique<LinkControlPlane>(mesh_);
 }
 
 GlooGroup::~GlooGroup() {

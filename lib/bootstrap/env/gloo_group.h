@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -17,62 +18,71 @@
 #include "base/interrupt.h"
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/env/tcp_store.h"
+#include "core/link.h"
 
 namespace hora {
 
-// Hora's collectives over a Gloo context's TCP pairs, driven by the calling thread alone.
+// The Gloo plane's Link (core/link.h): hora's own transfers on a Gloo context's TCP pairs,
+// driven by the calling thread alone. The collectives are core's (core/collectives/).
 //
 // After setup (rendezvous, job token, address cards: Gloo's own collectives) every pair is put
 // in Gloo's synchronous mode, which takes its socket out of Gloo's device thread, and from then
-// on the mesh reads and writes the sockets itself, non-blocking under poll(): a transfer sends
-// and receives at once, as fast as the kernel takes the bytes, and reduces what has arrived
-// while the rest is on the wire. In the asynchronous mode that gloo::allreduce and friends
-// need, the device thread reads each message and wakes the caller; when it finds the pair's
-// lock held by the caller it returns to a level-triggered epoll_wait at once, and where both
-// threads share one CPU (a launcher that binds each rank to a core, hora's own engine-thread
-// binding, or just a busy 2-core host) it spins there until the scheduler's next tick preempts
-// it: 4 ms a message at 250 Hz (docs/gloo-speed.md). Here a message costs one write and one
-// wake-up of the thread that waits for it.
+// on the mesh reads and writes the sockets itself, non-blocking under poll(): every posted
+// transfer moves whenever the caller waits for any of them, so a rank sends and receives at once,
+// as fast as the kernel takes the bytes, and reduces what has arrived while the rest is on the
+// wire. In the asynchronous mode that gloo::allreduce and friends need, the device thread reads
+// each message and wakes the caller; when it finds the pair's lock held by the caller it returns
+// to a level-triggered epoll_wait at once, and where both threads share one CPU (a launcher that
+// binds each rank to a core, hora's own engine-thread binding, or just a busy 2-core host) it
+// spins there until the scheduler's next tick preempts it: 4 ms a message at 250 Hz
+// (docs/gloo-speed.md). Here a message costs one write and one wake-up of the thread that waits
+// for it.
 //
-// Messages on a pair are raw bytes matched by order (both sides know each length), so every
-// rank must issue the same collectives in the same order, from one thread at a time (the set
-// engine's cycle lock). Received data is reduced in chunks of 64 KiB (chunkBytes_).
-class GlooMesh {
+// A pair is a byte stream each way: messages are raw bytes matched by order (both sides know
+// each length, the Link contract), queued per peer and direction, and consecutive ones go out in
+// one writev (come in with one readv). One thread drives it at a time (the set engine's cycle
+// lock).
+class GlooMesh final : public Link {
  public:
-  // Combines `count` elements: dst[i] = dst[i] op src[i]. Must be commutative.
-  using Reduce = std::function<void(void *dst, const void *src, size_t count)>;
-
   // Switches every pair of `context` to synchronous mode and takes its socket (for good: Gloo's
   // own collectives can no longer run on this context). peerAddresses[r]: rank r's end of its
   // pair to this rank ("ip:port", as the peers told in their address cards).
   GlooMesh(std::shared_ptr<gloo::Context> context, const std::vector<std::string> &peerAddresses);
-  int rank() const { return rank_; }
-  int size() const { return size_; }
 
-  // In place over `count` elements of `elementSize` bytes; every rank gets the same bits.
-  void allreduce(void *buf, size_t count, size_t elementSize, const Reduce &reduce);
-  // `bytes` from `root` to every rank (a binomial tree).
-  void broadcast(void *buf, size_t bytes, int root);
-  // out = every rank's block, in rank order; bytes[r]: rank r's block (may be 0).
-  void allgatherv(const void *in, void *out, const std::vector<size_t> &bytes);
-  // sendBytes[r] bytes from `in` (packed in rank order) to rank r; recvBytes[r] from rank r
-  // into `out` (packed in rank order).
-  void alltoallv(const void *in, const std::vector<size_t> &sendBytes, void *out,
-                 const std::vector<size_t> &recvBytes);
-  // Control messages whose length only the sender knows.
-  std::vector<std::string> gatherToRoot(const std::string &blob);
-  void broadcastFromRoot(std::string &blob);
+  const char *name() const override { return "gloo"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const LinkTuning &tuning() const override { return tuning_; }
+  Ticket postSend(int peer, const void *data, size_t bytes) override;
+  Ticket postRecv(int peer, void *data, size_t bytes) override;
+  // A peer that lets nothing move for the context's timeout fails it ("Timed out"), a closed or
+  // reset connection too; guard() turns either into hora's words.
+  void wait(Ticket ticket) override;
+  void drop(Ticket ticket) override;
+  void guard(const char *what, const std::function<void()> &body) override;
   // Any thread: every transfer on the mesh, now or later, throws Error(why); the sockets are shut
   // down both ways, so a transfer blocked in poll wakes at once and every peer reads the end of
   // its connection to this rank (their waits end with a lost peer, not a timeout).
-  void interrupt(const Status &why);
+  void interrupt(const Status &why) override;
 
  private:
-  // Sends `sendBytes` to `to` while receiving `recvBytes` from `from` (-1: none), both at once;
-  // onChunk(offset, length) runs as each received chunk lands. A peer that makes no progress
-  // for the context's timeout fails it ("Timed out"), a closed or reset connection too.
-  void exchange(int to, const void *send, size_t sendBytes, int from, void *recv,
-                size_t recvBytes, const std::function<void(size_t, size_t)> &onChunk = nullptr);
+  // One posted message; `moved` of its bytes have gone out or come in.
+  struct Transfer {
+    uint8_t *data;
+    size_t bytes, moved;
+  };
+  // A peer's messages one way: posted in order, completed in order.
+  struct Queue {
+    std::deque<Transfer> pending;
+    uint64_t posted = 0, completed = 0;
+  };
+  Ticket post(int peer, bool send, void *data, size_t bytes);
+  bool isDone(Ticket ticket) const;
+  // One writev or readv on the head of `queue` (up to a slice, across consecutive messages).
+  // Returns the bytes moved.
+  size_t pump(int peer, bool send, Queue &queue);
+  // Every queue once; whether any bytes moved.
+  bool progress();
   // A transfer fails after timeoutMs_ without progress (never if negative).
   struct Deadline {
     explicit Deadline(int64_t timeoutMs)
@@ -83,32 +93,29 @@ class GlooMesh {
   };
   // Each call moves at most this much, so that sending, receiving and reducing take turns and
   // neither direction idles while the other copies megabytes.
-  size_t slice() const { return 4 * chunkBytes_; }
-  // Up to `bytes` without waiting; 0 if the socket cannot take or give any now.
-  size_t sendSome(int to, const uint8_t *data, size_t bytes);
-  size_t recvSome(int from, uint8_t *data, size_t bytes);
-  // Until `to` (-1: none) can take bytes or `from` (-1: none) has some; throws past the deadline.
-  // `brief`: a small message whose reply is due, so look for it for spinUs_ (yielding the core
-  // between looks) before sleeping in poll.
-  void await(int to, int from, Deadline &deadline, bool brief = false);
+  size_t slice() const { return 4 * tuning_.chunkBytes; }
+  // Until a socket with something queued can move bytes; throws past the deadline, naming
+  // `peer` (the one waited for). `brief`: a small message whose reply is due, so look for it
+  // for spinUs_ (yielding the core between looks) before sleeping in poll.
+  void await(int peer, Deadline &deadline, bool brief);
   // Throws the error of a transfer with `peer` (error 0: the peer closed the connection) in
   // words glooCall classifies as Gloo's own.
   [[noreturn]] void fail(int peer, const char *what, int error) const;
-  void sendBlob(int to, const std::string &blob);
-  std::string recvBlob(int from);
-  uint8_t *scratch(size_t bytes);
-  void recursiveDoubling(void *buf, size_t bytes, size_t elementSize, const Reduce &reduce);
-  void ring(void *buf, size_t count, size_t elementSize, const Reduce &reduce);
 
   std::shared_ptr<gloo::Context> context_;
-  size_t chunkBytes_ = size_t{64} << 10;  // docs/gloo-speed.md measured the sizes around it
+  // Doubling up to 64 KiB, reduced in 64 KiB chunks: docs/gloo-speed.md measured the sizes
+  // around them. One peer at a time, no host awareness (the hierarchy composes the shared
+  // segment with this plane instead).
+  LinkTuning tuning_;
   int rank_;
   int size_;
   int64_t timeoutMs_;              // without progress, a transfer fails after this; -1: never
   std::chrono::microseconds spinUs_{30};  // await(brief): how long to look (docs/gloo-speed.md)
   std::vector<int> sockets_;       // by peer rank: the pair's socket
   std::vector<std::string> peerNames_;  // by peer rank: the socket's remote address, for errors
-  std::vector<uint8_t> scratch_;  // grows to the largest staging a collective has needed
+  std::vector<Queue> sends_, recvs_;    // by peer rank
+  size_t pendingBytes_ = 0;        // posted and not yet moved, every queue
+  bool outOfStep_ = false;         // a transfer was dropped half-moved: the streams are lost
   Interrupt interrupted_;
 };
 
