@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "backends/registry.h"
 #include "base/error.h"
 #include "base/knobs.h"
 #include "core/collectives/algorithms.h"
@@ -133,8 +134,13 @@ int main(int argc, char **argv) {
   std::printf("  bootstraps:   mpi %s, env:// and slurm %s, single yes\n",
               HORA_HAVE_MPI ? "yes" : "no (built without MPI)",
               HORA_HAVE_GLOO ? "yes" : "no (built without Gloo)");
-  std::printf("  cpu backends: mpi %s, gloo %s, ucx %s, self (world of one) yes\n",
-              HORA_HAVE_MPI ? "yes" : "no", HORA_HAVE_GLOO ? "yes" : "no", HORA_HAVE_UCX ? "yes" : "no");
+  // The registry's list, in the order HORA_CPU_BACKEND=auto tries them.
+  std::string planes;
+  for (const hora::PlaneInfo &p : hora::cpuPlanes()) {
+    planes += (planes.empty() ? "" : ", ") + p.name +
+              (p.note.empty() ? "" : " (" + p.note + ")") + (p.built ? " yes" : " no");
+  }
+  std::printf("  cpu backends: %s\n", planes.c_str());
 #if HORA_HAVE_UCX
   std::printf("                %s\n", hora::ucxDescription().c_str());
   std::printf("                (HORA_LOG_LEVEL=info: each rank logs the transport UCX chose per peer)\n");

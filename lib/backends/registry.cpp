@@ -34,80 +34,112 @@
 namespace hora {
 namespace {
 
+// The one list of CPU planes: a plane's name is spelt here and nowhere else (HORA_CPU_BACKEND's
+// parser takes any plain name; hora-info and horarun read cpuPlanes()).
 struct Candidate {
   const char *name;
+  bool built;
+  bool byName;  // HORA_CPU_BACKEND may name it
+  const char *note;
   // Returns the backend, or nullptr with *why set.
-  std::function<std::unique_ptr<Backend>(Bootstrap &, Group &, std::string *why)> make;
+  std::function<std::unique_ptr<Backend>(const Knobs &, Bootstrap &, Group &, std::string *why)> make;
 };
 
-std::vector<Candidate> candidates(const Knobs &knobs) {
-  std::vector<Candidate> list;
+// A plane this build lacks: tried (and refused, saying why) like any other. Unused in a build
+// that has every plane.
+[[maybe_unused]] Candidate notBuilt(const char *name, const char *why) {
+  return {name, false, true, "",
+          [why](const Knobs &, Bootstrap &, Group &, std::string *out) -> std::unique_ptr<Backend> {
+            *out = why;
+            return nullptr;
+          }};
+}
+
+const std::vector<Candidate> &candidates() {
+  static const std::vector<Candidate> list = {
 #if HORA_HAVE_UCX
-  // By default for worlds that span hosts, whoever formed them (under mpirun too: across hosts it
-  // was faster than Open MPI's own TCP transport, docs/ucx.md); anywhere when asked for.
-  list.push_back({"ucx", [&knobs](Bootstrap &b, Group &g, std::string *why) -> std::unique_ptr<Backend> {
-                    if (knobs.cpuBackend != "ucx") {  // auto
-                      if (b.topology().localSize == b.topology().size) {
-                        *why = "every rank is on one host";
-                        return nullptr;
-                      }
-                    }
-                    try {
-                      return createUcxBackend(g, knobs);
-                    } catch (const Error &e) {
-                      // Every rank learns of a failure to start together (UcxComm agrees on it
-                      // before connecting), so every rank falls back alike.
-                      if (knobs.cpuBackend == "ucx" || e.status() != HORA_ERR_BACKEND) throw;
-                      *why = e.what();
-                      HORA_LOG(kWarning) << "UCX plane unavailable, using the next: " << e.what();
-                      return nullptr;
-                    }
-                  }});
+      // By default for worlds that span hosts, whoever formed them (under mpirun too: across
+      // hosts it was faster than Open MPI's own TCP transport, docs/ucx.md); anywhere when asked.
+      {"ucx", true, true, "",
+       [](const Knobs &knobs, Bootstrap &b, Group &g, std::string *why) -> std::unique_ptr<Backend> {
+         if (knobs.cpuBackend != "ucx") {  // auto
+           if (b.topology().localSize == b.topology().size) {
+             *why = "every rank is on one host";
+             return nullptr;
+           }
+         }
+         try {
+           return createUcxBackend(g, knobs);
+         } catch (const Error &e) {
+           // Every rank learns of a failure to start together (UcxComm agrees on it before
+           // connecting), so every rank falls back alike.
+           if (knobs.cpuBackend == "ucx" || e.status() != HORA_ERR_BACKEND) throw;
+           *why = e.what();
+           HORA_LOG(kWarning) << "UCX plane unavailable, using the next: " << e.what();
+           return nullptr;
+         }
+       }},
 #else
-  list.push_back({"ucx", [](Bootstrap &, Group &, std::string *why) -> std::unique_ptr<Backend> {
-                    *why = "this build has no UCX (meson option ucx; Debian package libucx-dev)";
-                    return nullptr;
-                  }});
+      notBuilt("ucx", "this build has no UCX (meson option ucx; Debian package libucx-dev)"),
 #endif
 #if HORA_HAVE_MPI
-  list.push_back({"mpi", [&knobs](Bootstrap &, Group &g, std::string *why) -> std::unique_ptr<Backend> {
-                    auto *mpi = dynamic_cast<MpiGroup *>(&g);
-                    if (mpi == nullptr) {
-                      *why = "the world was not formed by MPI";
-                      return nullptr;
-                    }
-                    return createMpiBackend(mpi->dataComm(), knobs);
-                  }});
+      {"mpi", true, true, "",
+       [](const Knobs &knobs, Bootstrap &, Group &g, std::string *why) -> std::unique_ptr<Backend> {
+         auto *mpi = dynamic_cast<MpiGroup *>(&g);
+         if (mpi == nullptr) {
+           *why = "the world was not formed by MPI";
+           return nullptr;
+         }
+         return createMpiBackend(mpi->dataComm(), knobs);
+       }},
+#else
+      notBuilt("mpi", "this build has no MPI (meson option mpi; Debian package libopenmpi-dev)"),
 #endif
 #if HORA_HAVE_GLOO
-  list.push_back({"gloo", [&knobs](Bootstrap &, Group &g, std::string *why) -> std::unique_ptr<Backend> {
-                    if (dynamic_cast<GlooGroup *>(&g) == nullptr && knobs.cpuBackend != "gloo") {
-                      *why = "the world was formed by MPI (HORA_CPU_BACKEND=gloo selects Gloo anyway)";
-                      return nullptr;
-                    }
-                    return createGlooBackend(g, knobs);
-                  }});
+      {"gloo", true, true, "",
+       [](const Knobs &knobs, Bootstrap &, Group &g, std::string *why) -> std::unique_ptr<Backend> {
+         if (dynamic_cast<GlooGroup *>(&g) == nullptr && knobs.cpuBackend != "gloo") {
+           *why = "the world was formed by MPI (HORA_CPU_BACKEND=gloo selects Gloo anyway)";
+           return nullptr;
+         }
+         return createGlooBackend(g, knobs);
+       }},
 #else
-  list.push_back({"gloo", [](Bootstrap &, Group &, std::string *why) -> std::unique_ptr<Backend> {
-                    *why = "this build has no Gloo (meson option gloo; Debian package libgloo-dev)";
-                    return nullptr;
-                  }});
+      notBuilt("gloo", "this build has no Gloo (meson option gloo; Debian package libgloo-dev)"),
 #endif
-  list.push_back({"self", [](Bootstrap &, Group &g, std::string *why) -> std::unique_ptr<Backend> {
-                    if (g.size() != 1) {
-                      *why = "only serves a world of one";
-                      return nullptr;
-                    }
-                    return createSelfBackend();
-                  }});
+      {"self", true, false, "world of one",
+       [](const Knobs &, Bootstrap &, Group &g, std::string *why) -> std::unique_ptr<Backend> {
+         if (g.size() != 1) {
+           *why = "only serves a world of one";
+           return nullptr;
+         }
+         return createSelfBackend();
+       }},
+  };
   return list;
+}
+
+// Refuses a HORA_CPU_BACKEND that names no plane of the list (its parser, in the base layer, takes
+// any plain name), naming the ones there are.
+void checkPlaneName(const std::string &name) {
+  if (name == "auto") return;
+  std::string built, missing;
+  for (const Candidate &c : candidates()) {
+    if (!c.byName) continue;
+    if (name == c.name) return;
+    std::string &to = c.built ? built : missing;
+    to += detail::concat(to.empty() ? "" : ", ", c.name);
+  }
+  HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "HORA_CPU_BACKEND=", name,
+             ": not a CPU plane of this build; it has: ", built.empty() ? "none" : built,
+             missing.empty() ? "" : detail::concat(" (known but not built: ", missing, ")"));
 }
 
 // A plane for `group`: the first candidate that can serve it (HORA_CPU_BACKEND's, or the first in
 // order), with the shared segment's allreduce in front where every rank is on one host.
 std::unique_ptr<Backend> createPlane(const Knobs &knobs, Bootstrap &bootstrap, Group &group) {
   std::string tried;
-  for (const Candidate &c : candidates(knobs)) {
+  for (const Candidate &c : candidates()) {
     if (knobs.cpuBackend != "auto" && knobs.cpuBackend != c.name &&
         !(std::string(c.name) == "self" && group.size() == 1)) {
       continue;
@@ -115,7 +147,7 @@ std::unique_ptr<Backend> createPlane(const Knobs &knobs, Bootstrap &bootstrap, G
     std::string why;
     std::unique_ptr<Backend> backend;
     formingPhase(group, detail::concat("starting the ", c.name, " data plane"),
-                 [&] { backend = c.make(bootstrap, group, &why); });
+                 [&] { backend = c.make(knobs, bootstrap, group, &why); });
     if (backend) {
       if (group.size() == 1) return backend;
       backend = wrapWithShm(std::move(backend), group, knobs, &why);
@@ -133,7 +165,14 @@ std::unique_ptr<Backend> createPlane(const Knobs &knobs, Bootstrap &bootstrap, G
 
 }  // namespace
 
+std::vector<PlaneInfo> cpuPlanes() {
+  std::vector<PlaneInfo> planes;
+  for (const Candidate &c : candidates()) planes.push_back({c.name, c.built, c.byName, c.note});
+  return planes;
+}
+
 std::unique_ptr<Backend> createCpuBackend(const Knobs &knobs, Bootstrap &bootstrap, Group &group) {
+  checkPlaneName(knobs.cpuBackend);
   std::unique_ptr<Backend> backend = createPlane(knobs, bootstrap, group);
   if (group.size() == 1 || backend->caps().scope == BackendCaps::Scope::kOneHost) return backend;
   // Every rank got the same answer above (wrapWithShm agrees on it), so all try this too. The

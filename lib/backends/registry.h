@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "base/knobs.h"
 #include "bootstrap/bootstrap.h"
@@ -12,9 +13,22 @@
 
 namespace hora {
 
+// A CPU data plane the registry knows by name: the one list of them, which HORA_CPU_BACKEND's
+// check, hora-info's build facts and the error messages read.
+struct PlaneInfo {
+  std::string name;     // "ucx", "mpi", "gloo", "self"
+  bool built = false;   // this build has it
+  bool byName = false;  // HORA_CPU_BACKEND may name it ("self" serves a world of one by itself)
+  std::string note;     // for hora-info: "world of one"; "" for most
+};
+// Every plane the registry knows, in the order `auto` tries them.
+std::vector<PlaneInfo> cpuPlanes();
+
 // The CPU data plane for `group` (the world or a process set): walks the registered backends in order (HORA_CPU_BACKEND
-// first if set) and returns the first that can serve this world. Throws Error(UNSUPPORTED)
-// saying which backends were considered and why each could not serve.
+// first if set) and returns the first that can serve this world. Throws Error(INVALID_ARGUMENT)
+// when HORA_CPU_BACKEND names no plane of the registry's (the knob's parser takes any plain name),
+// and Error(UNSUPPORTED) saying which backends were considered and why each could not serve (a
+// plane named but not built among them).
 std::unique_ptr<Backend> createCpuBackend(const Knobs &knobs, Bootstrap &bootstrap, Group &group);
 
 // The executor for tensors on `device` (a CUDA ordinal) for the set behind `control`: NCCL.

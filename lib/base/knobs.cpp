@@ -51,6 +51,13 @@ bool parseChoice(const std::string &text, std::initializer_list<const char *> ch
   return false;
 }
 
+// "ucx", "my_plane2": lowercase letters, digits and underscores, at least one.
+bool isPlainName(const std::string &text) {
+  return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+  });
+}
+
 // "0", "3,7,11": CPU numbers of at most 5 digits joined by single commas.
 bool isCpuList(const std::string &text) {
   size_t digits = 0;
@@ -114,9 +121,17 @@ const std::vector<KnobSpec> kTable = {
      [](const Knobs &k) { return std::to_string(k.cacheCapacity); }},
     {"HORA_CPU_BACKEND", "auto",
      "CPU data plane: `auto` (ucx for worlds spanning hosts, else the launcher's: mpi under "
-     "MPI, gloo otherwise), `mpi`, `gloo` or `ucx`",
+     "MPI, gloo otherwise) or a plane's name; `hora-info` lists this build's planes, and "
+     "`hora_init` refuses a name that is not one of them",
      [](const std::string &t, Knobs &k, std::string *why) {
-       return parseChoice(t, {"auto", "mpi", "gloo", "ucx"}, &k.cpuBackend, why);
+       // Any plain name: the planes are the backend registry's (lib/backends/registry.cpp),
+       // which this layer cannot see; createCpuBackend refuses a name it does not have.
+       if (!isPlainName(t)) {
+         *why = "expected auto or a plane's name (lowercase letters, digits, _)";
+         return false;
+       }
+       k.cpuBackend = t;
+       return true;
      },
      [](const Knobs &k) { return k.cpuBackend; }},
     {"HORA_UCX_DIRECT_KB", "16",

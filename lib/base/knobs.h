@@ -20,7 +20,7 @@ struct Knobs {
   int64_t fusionThreshold = int64_t{64} << 20;  // bytes
   double cycleTimeMs = 0.5;
   int64_t cacheCapacity = 1024;
-  std::string cpuBackend = "auto";  // auto, mpi, gloo, ucx
+  std::string cpuBackend = "auto";  // auto or a plane's name (backends/registry.h: cpuPlanes)
   std::string shm = "auto";         // auto, cma, off: the intra-host allreduce path
   std::string shmStream = "auto";   // auto, on, off: non-temporal stores into the shared segment
   std::string hierarchical = "auto";  // auto, on, off: shared memory + cross-host plane for sets spanning hosts

@@ -134,6 +134,25 @@ class Init(unittest.TestCase):
         self.assertIn("hora_init: invalid argument: HOROVOD_STALL_CHECK_DISABLE='yes' is not "
                       "valid", proc.stdout)
 
+    def test_unknown_cpu_plane_fails_init(self):
+        # HORA_CPU_BACKEND's parser takes any plain name; the backend registry refuses one that is
+        # not a plane of this build, even in a world of one, naming those it has (hora-info's).
+        facts = run([INFO]).stdout
+        line = [l for l in facts.splitlines() if l.strip().startswith("cpu backends:")]
+        self.assertEqual(len(line), 1, facts)
+        planes = [p.strip().split() for p in line[0].split(":", 1)[1].split(",")]
+        built = [p[0] for p in planes if p[-1] == "yes" and len(p) == 2]  # not "self (world of one)"
+        self.assertTrue(set(p[0] for p in planes) >= {"mpi", "gloo", "ucx", "self"}, line[0])
+        proc = run([INIT], HORA_BOOTSTRAP="single", HORA_CPU_BACKEND="tcp")
+        self.assertEqual(proc.returncode, 1, proc.stdout + proc.stderr)
+        self.assertIn("hora_init: invalid argument: HORA_CPU_BACKEND=tcp: not a CPU plane of this "
+                      "build; it has: " + (", ".join(built) or "none"), proc.stdout)
+        # A name that is not plain is the knob parser's to refuse, as before.
+        proc = run([INIT], HORA_BOOTSTRAP="single", HORA_CPU_BACKEND="Gloo")
+        self.assertEqual(proc.returncode, 1, proc.stdout + proc.stderr)
+        self.assertIn("hora_init: invalid argument: HORA_CPU_BACKEND='Gloo' is not valid",
+                      proc.stdout)
+
 
 class Launcher(unittest.TestCase):
     """horarun passes Horovod's variables on to the ranks of other hosts, as it does hora's."""

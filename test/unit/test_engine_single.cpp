@@ -4,8 +4,11 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <set>
+#include <string>
 
 #include "api/runtime.h"
+#include "backends/registry.h"
 #include "core/refusals.h"
 
 namespace hora {
@@ -39,6 +42,40 @@ TEST(EngineSingle, StartsAsAWorldOfOne) {
   EXPECT_STREQ(engine->backendName(), "self");
   engine->shutdown();
   EXPECT_FALSE(engine->running());
+}
+
+// HORA_CPU_BACKEND's parser takes any plain name; the registry refuses one that is not a plane
+// of this build at start, even in a world of one (which "self" would otherwise serve), naming the
+// planes there are.
+TEST(EngineSingle, UnknownCpuPlaneFailsStart) {
+  std::string built;
+  for (const PlaneInfo &p : cpuPlanes()) {
+    if (p.byName && p.built) built += (built.empty() ? "" : ", ") + p.name;
+  }
+  Knobs k = singleKnobs();
+  k.cpuBackend = "tcp";
+  try {
+    startRuntime(k);
+    FAIL() << "started";
+  } catch (const Error &e) {
+    EXPECT_EQ(e.status(), HORA_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(e.message().find("HORA_CPU_BACKEND=tcp: not a CPU plane of this build; it has: " +
+                               (built.empty() ? std::string("none") : built)),
+              std::string::npos)
+        << e.message();
+  }
+}
+
+// The registry's one list of planes: every name once, plain, "self" not selectable by name.
+TEST(EngineSingle, CpuPlanesAreOneList) {
+  std::set<std::string> names;
+  for (const PlaneInfo &p : cpuPlanes()) {
+    EXPECT_TRUE(names.insert(p.name).second) << p.name << " twice";
+    EXPECT_EQ(p.name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_"), std::string::npos);
+    EXPECT_EQ(p.byName, p.name != "self") << p.name;
+  }
+  for (const char *n : {"mpi", "gloo", "ucx", "self"}) EXPECT_TRUE(names.count(n)) << n;
+  EXPECT_EQ(names.count("auto"), 0u);
 }
 
 TEST(EngineSingle, InitFailureReturnsTheThreadsRealStatus) {

@@ -114,6 +114,16 @@ TEST(Knobs, ParsesValues) {
   EXPECT_EQ(fromMap({}).callerCycles, "auto");
 }
 
+// HORA_CPU_BACKEND takes auto or any plain name: which names are planes is the registry's to say
+// (backends/registry.h), and hora_init refuses one it does not have (test/docs/test_knob_env.py).
+TEST(Knobs, CpuBackendTakesAnyPlainName) {
+  for (const char *name : {"auto", "mpi", "gloo", "ucx", "tcp", "my_plane2"}) {
+    EXPECT_EQ(fromMap({{"HORA_CPU_BACKEND", name}}).cpuBackend, name);
+  }
+  EXPECT_NE(errorOf({{"HORA_CPU_BACKEND", "Gloo"}}).find("expected auto or a plane's name"),
+            std::string::npos);
+}
+
 // What the backends read from Knobs rather than the environment (test/layers/check_getenv.py).
 TEST(Knobs, BackendTuning) {
   const Knobs defaults = fromMap({});
@@ -169,7 +179,8 @@ TEST(Knobs, BadValuesNameTheKnobAndTheValue) {
       {"HORA_FUSION_THRESHOLD", "lots"}, {"HORA_CYCLE_TIME_MS", "-1"},
       {"HORA_CACHE_CAPACITY", "1.5"},    {"HORA_LOG_LEVEL", "loud"},
       {"HORA_BOOTSTRAP", "magic"},       {"HORA_TIMEOUT_S", "0"},
-      {"HORA_CPU_BACKEND", "tcp"},       {"HORA_CYCLE_TIME_MS", "nan"},
+      {"HORA_CPU_BACKEND", "UCX"},       {"HORA_CYCLE_TIME_MS", "nan"},
+      {"HORA_CPU_BACKEND", "g loo"},     {"HORA_CPU_BACKEND", ""},
       {"HORA_THREAD_AFFINITY", "on"},    {"HORA_THREAD_AFFINITY", "0,,1"},
       {"HORA_THREAD_AFFINITY", "1,"},    {"HORA_THREAD_AFFINITY", "-1"},
       {"HORA_THREAD_AFFINITY", ""},      {"HORA_SHM", "staged"},

@@ -236,6 +236,17 @@ def rank_count(text):
         raise argparse.ArgumentTypeError("invalid int value: '%s' (or cpu, gpu, auto)" % text)
 
 
+def plane_name(text):
+    """--cpu-backend's value: auto or a plane's name, spelt as HORA_CPU_BACKEND's parser takes it.
+    Which names are planes is the library's to say (hora-info lists them; hora_init refuses any
+    other), so no list of them is kept here."""
+    if not re.fullmatch(r"[a-z0-9_]+", text):
+        raise argparse.ArgumentTypeError(
+            "'%s': expected auto or a plane's name (lowercase letters, digits, _); hora-info "
+            "lists this build's planes" % text)
+    return text
+
+
 def build_parser():
     p = Parser(
         prog="horarun",
@@ -357,7 +368,9 @@ def build_parser():
     g.add_argument("--cycle-time-ms", metavar="MS", help="HORA_CYCLE_TIME_MS")
     g.add_argument("--cache-capacity", metavar="N", help="HORA_CACHE_CAPACITY (0 disables)")
     g.add_argument("--timeout", metavar="S", help="HORA_TIMEOUT_S")
-    g.add_argument("--cpu-backend", choices=["mpi", "gloo", "ucx"], help="HORA_CPU_BACKEND")
+    g.add_argument("--cpu-backend", type=plane_name, metavar="NAME",
+                   help="HORA_CPU_BACKEND: auto or a CPU plane's name (hora-info lists this "
+                   "build's; hora_init refuses any other)")
     g.add_argument("-x", dest="exports", action="append", default=[], metavar="NAME[=VALUE]",
                    help="set NAME=VALUE for every rank; NAME alone passes this environment's value "
                    "(repeatable)")
