@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// UcxBackend: hora's Backend and negotiation plane on UcxComm and the collectives of
-// ucx_collectives.h, reducing through core's kernels.
+// UcxBackend: core's LinkBackend (the collectives of core/collectives/ and the negotiation plane)
+// over UcxComm, the UCX plane's Link, plus the bell that wakes the engine between cycles.
 #include "backends/ucx/ucx_backend.h"
 
 #include <poll.h>
@@ -11,10 +11,9 @@
 #include <cstring>
 #include <mutex>
 
-#include "backends/ucx/ucx_collectives.h"
 #include "backends/ucx/ucx_comm.h"
 #include "base/logging.h"
-#include "core/kernels.h"
+#include "core/collectives/link_backend.h"
 
 namespace hora {
 namespace {
@@ -55,120 +54,37 @@ class UcxBell final : public PeerBell {
   int wake_;
 };
 
-ucx::Combine combineFor(DType dtype, ReduceOp op) {
-  return [dtype, op](void *dst, const void *src, int64_t count) { reduceInto(dst, src, count, dtype, op); };
+// UCX writes to its sockets with MSG_NOSIGNAL: a lost peer is an error, never SIGPIPE.
+const BackendCaps &ucxCaps() {
+  static const BackendCaps kCaps = BackendCaps::plain(/*usesSockets=*/false, BackendCaps::Scope::kAnyHost);
+  return kCaps;
 }
 
-// Negotiation on the same worker: every call is made by the set's cycle thread in the order every
-// rank makes it, like the data collectives, so they share the sequence numbers.
-class UcxNegotiation final : public ControlPlane {
+// Negotiation runs on the same worker as the data (LinkBackend's negotiation plane): every call is
+// made by the set's cycle thread in the order every rank makes it, like the data collectives.
+class UcxBackend final : public LinkBackend {
  public:
-  explicit UcxNegotiation(UcxComm &comm) : comm_(comm) {}
-  int rank() const override { return comm_.rank(); }
-  int size() const override { return comm_.size(); }
-  void allreduceAnd(std::vector<uint64_t> &words) override {
-    std::lock_guard<std::mutex> hold(comm_.mutex());
-    ucx::andWords(comm_, words, scratch_);
-  }
-  std::vector<std::string> gatherToRoot(const std::string &blob) override {
-    std::lock_guard<std::mutex> hold(comm_.mutex());
-    return ucx::gatherToRoot(comm_, blob);
-  }
-  void broadcastFromRoot(std::string &blob) override {
-    std::lock_guard<std::mutex> hold(comm_.mutex());
-    ucx::broadcastFromRoot(comm_, blob);
-  }
-
- private:
-  UcxComm &comm_;
-  std::vector<uint8_t> scratch_;
-};
-
-class UcxBackend final : public Backend {
- public:
-  UcxBackend(Group &group, const Knobs &knobs)
-      : comm_(group, knobs), negotiation_(comm_), bell_(comm_), tuning_(ucx::Tuning::fromKnobs(knobs)) {
-    // Connect every endpoint now (UCX wires up on first use) so that the first collective does not
+  UcxBackend(const std::shared_ptr<UcxComm> &comm, const Knobs &knobs)
+      : LinkBackend(comm, ucxCaps(), knobs, /*negotiates=*/true), comm_(*comm), bell_(comm_) {
+    // Connect the endpoints now (UCX wires up on first use) so that the first collective does not
     // pay for it, and say what UCX chose.
     std::vector<uint64_t> hello(1, ~0ull);
-    negotiation_.allreduceAnd(hello);
-    std::vector<int64_t> none(static_cast<size_t>(comm_.size()), 0);
-    alltoallv(nullptr, none, nullptr, none);
+    negotiationPlane()->allreduceAnd(hello);
     HORA_LOG(kInfo) << "UCX plane: " << comm_.size() << " ranks; transports to each peer: "
                     << comm_.transports();
   }
 
-  const char *name() const override { return "ucx"; }
-  void interrupt(const Status &why) override { comm_.interrupt(why); }
-  const BackendCaps &caps() const override {
-    static const BackendCaps kCaps = [] {
-      // UCX writes to its sockets with MSG_NOSIGNAL: a lost peer is an error, never SIGPIPE.
-      return BackendCaps::plain(/*usesSockets=*/false, BackendCaps::Scope::kAnyHost);
-    }();
-    return kCaps;
-  }
-  ControlPlane *negotiationPlane() override { return &negotiation_; }
   PeerBell *peerBell() override { return &bell_; }
 
-  void allreduce(const void *in, void *out, int64_t count, DType dtype, ReduceOp op) override {
-    std::lock_guard<std::mutex> hold(comm_.mutex());
-    if (count == 0) return;
-    if (dtype == DType::kBool) {
-      normalizeBools(out, in, count);  // a set of one reduces nothing, yet its result is 0 or 1
-    } else if (in != out) {
-      copyBytes(out, in, static_cast<size_t>(count) * dtypeSize(dtype));
-    }
-    ucx::allreduce(comm_, tuning_, out, count, dtypeSize(dtype), combineFor(dtype, op), scratch_);
-  }
-
-  void broadcast(void *buf, int64_t bytes, int root) override {
-    std::lock_guard<std::mutex> hold(comm_.mutex());
-    ucx::broadcast(comm_, tuning_, buf, static_cast<size_t>(bytes), root);
-  }
-
-  void allgatherv(const void *in, void *out, const std::vector<int64_t> &bytesPerRank) override {
-    std::lock_guard<std::mutex> hold(comm_.mutex());
-    ucx::allgatherv(comm_, in, out, bytesPerRank);
-  }
-
-  void alltoallv(const void *in, const std::vector<int64_t> &sendBytes, void *out,
-                 const std::vector<int64_t> &recvBytes) override {
-    std::lock_guard<std::mutex> hold(comm_.mutex());
-    ucx::alltoallv(comm_, in, sendBytes, out, recvBytes);
-  }
-
-  void reducescatter(const void *in, void *out, const std::vector<int64_t> &counts, DType dtype,
-                     ReduceOp op) override {
-    std::lock_guard<std::mutex> hold(comm_.mutex());
-    const size_t esize = dtypeSize(dtype);
-    int64_t total = 0, before = 0;
-    for (size_t r = 0; r < counts.size(); ++r) {
-      if (static_cast<int>(r) < comm_.rank()) before += counts[r];
-      total += counts[r];
-    }
-    work_.resize(static_cast<size_t>(total) * esize + 1);
-    if (dtype == DType::kBool) {
-      normalizeBools(work_.data(), in, total);
-    } else if (total > 0) {
-      copyBytes(work_.data(), in, static_cast<size_t>(total) * esize);
-    }
-    ucx::reduceScatterInPlace(comm_, tuning_, work_.data(), counts, esize, combineFor(dtype, op), scratch_);
-    const int64_t mine = counts[static_cast<size_t>(comm_.rank())];
-    if (mine > 0) copyBytes(out, work_.data() + static_cast<size_t>(before) * esize, static_cast<size_t>(mine) * esize);
-  }
-
  private:
-  UcxComm comm_;
-  UcxNegotiation negotiation_;
+  UcxComm &comm_;  // the link, which LinkBackend owns
   UcxBell bell_;
-  ucx::Tuning tuning_;
-  std::vector<uint8_t> scratch_, work_;
 };
 
 }  // namespace
 
 std::unique_ptr<Backend> createUcxBackend(Group &group, const Knobs &knobs) {
-  return std::make_unique<UcxBackend>(group, knobs);
+  return std::make_unique<UcxBackend>(std::make_shared<UcxComm>(group, knobs), knobs);
 }
 
 std::string ucxDescription() { return describeUcx(); }

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// UcxComm: worker, endpoints, tagged messages and the event-driven wait.
+// UcxComm: worker, endpoints, tagged messages (the Link) and the event-driven wait.
 #include "backends/ucx/ucx_comm.h"
 
 #include <poll.h>
@@ -27,7 +27,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr uint64_t kSeqMask = 0xffffffffull;
 constexpr int kMaxRanks = 1 << 16;  // the sender's rank has 16 tag bits
 
 [[noreturn]] void throwUcx(const char *what, ucs_status_t status) {
@@ -48,6 +47,19 @@ void onEndpointError(void *arg, ucp_ep_h, ucs_status_t status) {
 // not arrived.
 std::chrono::nanoseconds spinBudget(const Knobs &knobs) {
   return std::chrono::nanoseconds(static_cast<int64_t>(knobs.ucxSpinUs * 1000));
+}
+
+// The algorithm tables' figures (core/collectives/algorithms.h): HORA_UCX_DIRECT_KB,
+// HORA_UCX_SMALL_KB, HORA_UCX_CHUNK_KB; UCX moves to every peer at once; topology-aware unless
+// HORA_HIERARCHICAL=off.
+LinkTuning tuningFrom(const Knobs &knobs) {
+  LinkTuning t;
+  t.directBytes = static_cast<size_t>(knobs.ucxDirectKiB) << 10;
+  t.smallBytes = static_cast<size_t>(knobs.ucxSmallKiB) << 10;
+  t.chunkBytes = static_cast<size_t>(knobs.ucxChunkKiB) << 10;
+  t.concurrentPeers = true;
+  t.topologyAware = knobs.hierarchical != "off";
+  return t;
 }
 
 void put64(std::string &out, uint64_t v) { out.append(reinterpret_cast<const char *>(&v), 8); }
@@ -71,10 +83,14 @@ bool tcpAllowed(const char *tls) {
 }  // namespace
 
 UcxComm::UcxComm(Group &group, const Knobs &knobs)
-    : rank_(group.rank()), size_(group.size()), timeoutS_(knobs.timeoutS), spin_(spinBudget(knobs)) {
+    : rank_(group.rank()), size_(group.size()), timeoutS_(knobs.timeoutS), tuning_(tuningFrom(knobs)),
+      spin_(spinBudget(knobs)) {
   if (size_ > kMaxRanks) {
     HORA_THROW(HORA_ERR_UNSUPPORTED, "the UCX plane serves at most ", kMaxRanks, " ranks, not ", size_);
   }
+  sendSeq_.assign(static_cast<size_t>(size_), 0);
+  recvSeq_.assign(static_cast<size_t>(size_), 0);
+  outstanding_.assign(static_cast<size_t>(size_), 0);
   // Start UCX here, then agree over the group's control plane that every rank could, so that a
   // rank where UCX cannot start makes every rank give up alike (the caller may fall back).
   // Whether every rank is alone on its host: then every message crosses a network, where UCX's
@@ -373,50 +389,63 @@ void UcxComm::progressUntil(Done done, const char *what, Involved involved) {
   }
 }
 
-UcxComm::Batch::~Batch() {
-  for (Op &op : ops_) {
-    if (op.request == nullptr) continue;
-    ucp_request_cancel(comm_.worker_, op.request);
-    // A cancelled request completes at the next progress; wait for it so that nothing writes
-    // into the caller's buffer after this returns (bounded: UCX completes cancels at once).
-    const Clock::time_point deadline = Clock::now() + std::chrono::seconds(1);
-    while (ucp_request_check_status(op.request) == UCS_INPROGRESS && Clock::now() < deadline) {
-      ucp_worker_progress(comm_.worker_);
-    }
-    ucp_request_free(op.request);
+Link::Ticket UcxComm::track(void *request, int peer, bool isRecv, size_t bytes) {
+  size_t i;
+  if (!free_.empty()) {
+    i = free_.back();
+    free_.pop_back();
+  } else {
+    i = ops_.size();
+    ops_.emplace_back();
   }
+  ops_[i] = Op{request, peer, isRecv, bytes};
+  ++outstanding_[static_cast<size_t>(peer)];
+  return static_cast<Ticket>(i) + 1;
 }
 
-size_t UcxComm::Batch::send(int peer, uint32_t seq, const void *buf, size_t bytes) {
+UcxComm::Op &UcxComm::slot(Ticket ticket) {
+  const size_t i = static_cast<size_t>(ticket) - 1;
+  HORA_ENFORCE(ticket != 0 && i < ops_.size() && ops_[i].peer >= 0, "UCX: no transfer has ticket ", ticket);
+  return ops_[i];
+}
+
+void UcxComm::release(Ticket ticket) {
+  Op &op = slot(ticket);
+  --outstanding_[static_cast<size_t>(op.peer)];
+  op = Op{};
+  free_.push_back(static_cast<size_t>(ticket) - 1);
+}
+
+Link::Ticket UcxComm::postSend(int peer, const void *data, size_t bytes) {
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
   p.datatype = ucp_dt_make_contig(1);
-  void *req = ucp_tag_send_nbx(comm_.eps_[static_cast<size_t>(peer)], buf, bytes, comm_.tagTo(seq), &p);
+  const uint64_t tag = tagTo(sendSeq_[static_cast<size_t>(peer)]++);
+  void *req = ucp_tag_send_nbx(eps_[static_cast<size_t>(peer)], data, bytes, tag, &p);
   if (UCS_PTR_IS_ERR(req)) {
-    comm_.checkPeers("send", [peer](int r) { return r == peer; });
-    HORA_THROW(HORA_ERR_BACKEND, "UCX: rank ", comm_.rank_, " sending ", bytes, " bytes to rank ", peer,
-               ": ", ucs_status_string(UCS_PTR_STATUS(req)));
+    checkPeers("send", [peer](int r) { return r == peer; });
+    HORA_THROW(HORA_ERR_BACKEND, "UCX: rank ", rank_, " sending ", bytes, " bytes to rank ", peer, ": ",
+               ucs_status_string(UCS_PTR_STATUS(req)));
   }
-  ops_.push_back({req, peer, false, bytes});
-  return ops_.size() - 1;
+  return track(req, peer, false, bytes);
 }
 
-size_t UcxComm::Batch::recv(int peer, uint32_t seq, void *buf, size_t bytes) {
+Link::Ticket UcxComm::postRecv(int peer, void *data, size_t bytes) {
   ucp_request_param_t p{};
   // Always a request (UCX 1.13 does not report the length of a receive that completes in the
   // call), so that complete() checks every message's length.
   p.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   p.datatype = ucp_dt_make_contig(1);
-  void *req = ucp_tag_recv_nbx(comm_.worker_, buf, bytes, comm_.tagFrom(peer, seq), ~0ull, &p);
+  const uint64_t tag = tagFrom(peer, recvSeq_[static_cast<size_t>(peer)]++);
+  void *req = ucp_tag_recv_nbx(worker_, data, bytes, tag, ~0ull, &p);
   if (UCS_PTR_IS_ERR(req)) {
-    HORA_THROW(HORA_ERR_BACKEND, "UCX: rank ", comm_.rank_, " receiving ", bytes, " bytes from rank ",
-               peer, ": ", ucs_status_string(UCS_PTR_STATUS(req)));
+    HORA_THROW(HORA_ERR_BACKEND, "UCX: rank ", rank_, " receiving ", bytes, " bytes from rank ", peer, ": ",
+               ucs_status_string(UCS_PTR_STATUS(req)));
   }
-  ops_.push_back({req, peer, true, bytes});
-  return ops_.size() - 1;
+  return track(req, peer, true, bytes);
 }
 
-bool UcxComm::Batch::complete(Op &op) {
+bool UcxComm::complete(Op &op) {
   if (op.request == nullptr) return true;
   ucs_status_t status;
   ucp_tag_recv_info_t info{};
@@ -429,49 +458,66 @@ bool UcxComm::Batch::complete(Op &op) {
   ucp_request_free(op.request);
   op.request = nullptr;
   if (status != UCS_OK) {
-    comm_.checkPeers(op.isRecv ? "receive" : "send", [&op](int r) { return r == op.peer; });
+    const int peer = op.peer;
+    checkPeers(op.isRecv ? "receive" : "send", [peer](int r) { return r == peer; });
     HORA_THROW(status == UCS_ERR_MESSAGE_TRUNCATED ? HORA_ERR_INTERNAL : HORA_ERR_PEER_LOST, "UCX: rank ",
-               comm_.rank_, op.isRecv ? " receiving from rank " : " sending to rank ", op.peer, ": ",
+               rank_, op.isRecv ? " receiving from rank " : " sending to rank ", op.peer, ": ",
                ucs_status_string(status));
   }
   if (op.isRecv && info.length != op.bytes) {
-    HORA_THROW(HORA_ERR_INTERNAL, "UCX: rank ", comm_.rank_, " expected ", op.bytes,
-               " bytes from rank ", op.peer, " and got ", info.length);
+    HORA_THROW(HORA_ERR_INTERNAL, "UCX: rank ", rank_, " expected ", op.bytes, " bytes from rank ", op.peer,
+               " and got ", info.length);
   }
   return true;
 }
 
-void UcxComm::Batch::waitOne(size_t index) {
-  Op &op = ops_[index];
-  comm_.progressUntil([&] { return complete(op); }, "collective", [&op](int r) { return r == op.peer; });
+void UcxComm::wait(Ticket ticket) {
+  Op &op = slot(ticket);
+  // The wait depends on this transfer's peer and on every peer the collective still has
+  // transfers outstanding with: a lost one is named even while this one's peer is alive.
+  const int peer = op.peer;
+  progressUntil([&] { return complete(op); }, what_, [&](int r) { return r == peer || waitsOn(r); });
+  release(ticket);
 }
 
-void UcxComm::Batch::waitAll() {
-  size_t next = 0;
-  comm_.progressUntil(
-      [&] {
-        while (next < ops_.size() && complete(ops_[next])) ++next;
-        return next == ops_.size();
-      },
-      "collective",
-      [&](int r) {
-        for (size_t i = next; i < ops_.size(); ++i) {
-          if (ops_[i].request != nullptr && ops_[i].peer == r) return true;
-        }
-        return false;
-      });
-  ops_.clear();
+void UcxComm::drop(Ticket ticket) {
+  Op &op = slot(ticket);
+  if (op.request != nullptr) {
+    ucp_request_cancel(worker_, op.request);
+    // A cancelled request completes at the next progress; wait for it so that nothing writes
+    // into the caller's buffer after this returns (bounded: UCX completes cancels at once).
+    const Clock::time_point deadline = Clock::now() + std::chrono::seconds(1);
+    while (ucp_request_check_status(op.request) == UCS_INPROGRESS && Clock::now() < deadline) {
+      ucp_worker_progress(worker_);
+    }
+    ucp_request_free(op.request);
+    op.request = nullptr;
+  }
+  release(ticket);
 }
 
-std::string UcxComm::recvAny(int peer, uint32_t seq) {
+void UcxComm::sendBlob(int peer, const std::string &blob) {
+  // An empty blob is still a message: the receiver waits for one.
+  const Ticket ticket = postSend(peer, blob.data(), blob.size());
+  try {
+    wait(ticket);
+  } catch (...) {
+    drop(ticket);
+    throw;
+  }
+}
+
+std::string UcxComm::recvBlob(int peer) {
+  const uint64_t tag = tagFrom(peer, recvSeq_[static_cast<size_t>(peer)]);
   ucp_tag_recv_info_t info{};
   ucp_tag_message_h message = nullptr;
   progressUntil(
       [&] {
-        message = ucp_tag_probe_nb(worker_, tagFrom(peer, seq), ~0ull, 1, &info);
+        message = ucp_tag_probe_nb(worker_, tag, ~0ull, 1, &info);
         return message != nullptr;
       },
-      "negotiation (waiting for every rank to start the same cycle)", [peer](int r) { return r == peer; });
+      what_, [peer](int r) { return r == peer; });
+  ++recvSeq_[static_cast<size_t>(peer)];  // the probe took the message off UCX's queue
   std::string out(info.length, '\0');
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;  // the probe gave the length
@@ -479,13 +525,28 @@ std::string UcxComm::recvAny(int peer, uint32_t seq) {
   void *req = ucp_tag_msg_recv_nbx(worker_, out.data(), out.size(), message, &p);
   if (UCS_PTR_IS_ERR(req)) throwUcx("receiving a probed message", UCS_PTR_STATUS(req));
   if (req != nullptr) {
-    progressUntil([&] { return ucp_request_check_status(req) != UCS_INPROGRESS; }, "negotiation",
-                  [peer](int r) { return r == peer; });
-    const ucs_status_t s = ucp_request_check_status(req);
-    ucp_request_free(req);
-    check(s, "receiving a probed message");
+    // Tracked like any receive, so that a wait that throws cancels it before `out` goes.
+    const Ticket ticket = track(req, peer, true, out.size());
+    try {
+      wait(ticket);
+    } catch (...) {
+      drop(ticket);
+      throw;
+    }
   }
   return out;
+}
+
+void UcxComm::guard(const char *what, const std::function<void()> &body) {
+  const char *outer = what_;
+  what_ = what;
+  try {
+    body();
+  } catch (...) {
+    what_ = outer;
+    throw;
+  }
+  what_ = outer;
 }
 
 std::string UcxComm::transports() {
