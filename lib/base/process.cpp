@@ -47,6 +47,11 @@ std::string hostName() {
   return name;
 }
 
+std::string hostNameOr(const char *fallback) {
+  const std::string name = hostName();
+  return name.empty() ? fallback : name;
+}
+
 std::string hostIdentity() {
   std::string id = hostName();
   if (FILE *f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {

@@ -19,6 +19,8 @@ bool procStatSaysGone(const std::string &stat);
 
 // This host's name, as gethostname() gives it ("" if it fails).
 std::string hostName();
+// hostName(), or `fallback` where the system gives none.
+std::string hostNameOr(const char *fallback);
 
 // What makes two processes "on one host" for shared memory and for telling a lost peer by its
 // pid: the host name, the kernel's boot id, the IPC and pid namespaces, as

@@ -14,11 +14,13 @@ const std::vector<std::vector<int>> &Link::hosts() const {
 
 int Link::hostIndex() const { return rank(); }
 
-void Link::sendBlob(int peer, const std::string &blob) {
+void Link::sendBlob(const std::vector<int> &peers, const std::string &blob) {
   const uint64_t length = blob.size();
   Transfers t(*this);
-  t.send(peer, &length, sizeof length);
-  t.send(peer, blob.data(), blob.size());
+  for (int peer : peers) {
+    t.send(peer, &length, sizeof length);
+    t.send(peer, blob.data(), blob.size());
+  }
   t.waitAll();
 }
 

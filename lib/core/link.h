@@ -59,9 +59,10 @@ class Link {
   // buffer after this returns. The link is then fit only to fail.
   virtual void drop(Ticket ticket) = 0;
 
-  // A message whose length only the sender knows (the control plane's blobs). Default: two
-  // messages, the 8-byte length and then the bytes, posted together.
-  virtual void sendBlob(int peer, const std::string &blob);
+  // A message whose length only the sender knows (the control plane's blobs), to each of `peers`
+  // at once. Default: two messages a peer, the 8-byte length and then the bytes, all posted
+  // before the first wait.
+  virtual void sendBlob(const std::vector<int> &peers, const std::string &blob);
   virtual std::string recvBlob(int peer);
 
   // Runs `body`, one collective on this link, turning the link's failures into hora's Error

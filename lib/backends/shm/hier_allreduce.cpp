@@ -10,8 +10,8 @@ namespace {
 
 // ShmBarrierState::Progress stages: windows each rank has exported, reduced (done reading the
 // peers' exports), published (its reduced share in its result ring) and copied back.
-constexpr int kExported = 0, kReduced = 1, kCopied = 2, kPublished = 3;
-static_assert(kPublished < ShmBarrierState::kStages, "one progress counter per stage");
+constexpr int kHierExported = 0, kHierReduced = 1, kHierCopied = 2, kHierPublished = 3;
+static_assert(kHierPublished < ShmBarrierState::kStages, "one progress counter per stage");
 
 }  // namespace
 
@@ -57,7 +57,7 @@ void HierAllreduce::run(const std::vector<Backend::Span> &spans, DType dtype, Re
   for (int64_t t = 0; t <= n; ++t) {
     if (t < n) exportWindow(o, first + t, range(t), unit);
     if (t == 0) {
-      channel_.barrier().awaitPeers(kExported, first + 1, "hierarchical allreduce (export)");
+      channel_.barrier().awaitPeers(kHierExported, first + 1, "hierarchical allreduce (export)");
       checkPeers(channel_, o);
     }
     if (t >= 1 && owner()) reduceWindow(o, first + t - 1, t - 1, range(t - 1), unit);
@@ -88,7 +88,7 @@ void HierAllreduce::run(const std::vector<Backend::Span> &spans, DType dtype, Re
 void HierAllreduce::exportWindow(const ShmOp &o, uint64_t w, Range range, int64_t unit) {
   ShmBarrier &barrier = channel_.barrier();
   if (w >= ShmChannel::kSlots) {
-    barrier.awaitPeers(kReduced, w - ShmChannel::kSlots + 1, "hierarchical allreduce (export)");
+    barrier.awaitPeers(kHierReduced, w - ShmChannel::kSlots + 1, "hierarchical allreduce (export)");
   }
   const Shares share = sharesOf(range, unit);
   char *exported = channel_.exportSlot(channel_.rank(), w);
@@ -96,14 +96,14 @@ void HierAllreduce::exportWindow(const ShmOp &o, uint64_t w, Range range, int64_
     if (r == channel_.rank()) continue;
     table_.gatherIn(share(r), share(r + 1), o.esize, exported + static_cast<size_t>(share(r) - share.a) * o.esize);
   }
-  barrier.publish(kExported, w + 1);
-  if (!owner()) barrier.publish(kReduced, w + 1);  // it reads no export
+  barrier.publish(kHierExported, w + 1);
+  if (!owner()) barrier.publish(kHierReduced, w + 1);  // it reads no export
 }
 
 void HierAllreduce::reduceWindow(const ShmOp &o, uint64_t w, int64_t t, Range range, int64_t unit) {
   ShmBarrier &barrier = channel_.barrier();
   const int me = channel_.rank(), size = channel_.size();
-  barrier.awaitPeers(kExported, w + 1, "hierarchical allreduce (reduce)");
+  barrier.awaitPeers(kHierExported, w + 1, "hierarchical allreduce (reduce)");
   const Shares share = sharesOf(range, unit);
   const int64_t a = share(me), c = share(me + 1) - a;
   const size_t offset = static_cast<size_t>(a - share.a) * o.esize;  // in the window
@@ -135,14 +135,14 @@ void HierAllreduce::reduceWindow(const ShmOp &o, uint64_t w, int64_t t, Range ra
       }
     }
   }
-  barrier.publish(kReduced, w + 1);
+  barrier.publish(kHierReduced, w + 1);
 }
 
 void HierAllreduce::publishWindow(const ShmOp &o, uint64_t w, int64_t t, Range range, int64_t unit) {
   ShmBarrier &barrier = channel_.barrier();
   if (owner()) {
     if (w >= ShmChannel::kSlots) {
-      barrier.awaitPeers(kCopied, w - ShmChannel::kSlots + 1, "hierarchical allreduce (publish)");
+      barrier.awaitPeers(kHierCopied, w - ShmChannel::kSlots + 1, "hierarchical allreduce (publish)");
     }
     const Shares share = sharesOf(range, unit);
     const int me = channel_.rank();
@@ -157,11 +157,11 @@ void HierAllreduce::publishWindow(const ShmOp &o, uint64_t w, int64_t t, Range r
       table_.scatterOut(a, a + c, o.esize, result);
     }
   }
-  barrier.publish(kPublished, w + 1);
+  barrier.publish(kHierPublished, w + 1);
 }
 
 void HierAllreduce::copyWindow(const ShmOp &o, uint64_t w, Range range, int64_t unit) {
-  channel_.barrier().awaitPeers(kPublished, w + 1, "hierarchical allreduce (gather)");
+  channel_.barrier().awaitPeers(kHierPublished, w + 1, "hierarchical allreduce (gather)");
   const Shares share = sharesOf(range, unit);
   const int me = channel_.rank();
   for (int step = 1; step <= owners_; ++step) {
@@ -170,7 +170,7 @@ void HierAllreduce::copyWindow(const ShmOp &o, uint64_t w, Range range, int64_t 
     table_.scatterOut(share(r), share(r + 1), o.esize,
                       channel_.resultSlot(r, w) + static_cast<size_t>(share(r) - share.a) * o.esize);
   }
-  channel_.barrier().publish(kCopied, w + 1);
+  channel_.barrier().publish(kHierCopied, w + 1);
 }
 
 }  // namespace hora

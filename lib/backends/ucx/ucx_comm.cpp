@@ -496,13 +496,20 @@ void UcxComm::drop(Ticket ticket) {
   release(ticket);
 }
 
-void UcxComm::sendBlob(int peer, const std::string &blob) {
-  // An empty blob is still a message: the receiver waits for one.
-  const Ticket ticket = postSend(peer, blob.data(), blob.size());
+void UcxComm::sendBlob(const std::vector<int> &peers, const std::string &blob) {
+  // One message a peer, all posted before the first wait. An empty blob is still a message: the
+  // receiver waits for one (so not Transfers, which skips empty ones).
+  std::vector<Ticket> tickets;
   try {
-    wait(ticket);
+    for (int peer : peers) tickets.push_back(postSend(peer, blob.data(), blob.size()));
+    for (size_t i = 0; i < tickets.size(); ++i) {
+      wait(tickets[i]);
+      tickets[i] = 0;
+    }
   } catch (...) {
-    drop(ticket);
+    for (Ticket t : tickets) {
+      if (t != 0) drop(t);
+    }
     throw;
   }
 }

@@ -62,7 +62,7 @@ class UcxComm final : public Link {
   void drop(Ticket ticket) override;
   // One message each: the receiver probes for the sender's next sequence number and learns the
   // length from it.
-  void sendBlob(int peer, const std::string &blob) override;
+  void sendBlob(const std::vector<int> &peers, const std::string &blob) override;
   std::string recvBlob(int peer) override;
   // Names `what` in the timeout and lost-peer errors of the waits within.
   void guard(const char *what, const std::function<void()> &body) override;

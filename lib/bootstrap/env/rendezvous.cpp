@@ -17,6 +17,7 @@
 #include "base/error.h"
 #include "base/knobs.h"
 #include "base/logging.h"
+#include "base/process.h"
 
 namespace hora {
 
@@ -101,12 +102,6 @@ std::string ranksWord(const std::vector<int> &ranks) {
   return (distinct.size() == 1 ? "rank " : "ranks ") + rankList(distinct);
 }
 
-std::string seconds(double s) {
-  std::ostringstream out;
-  out << s;
-  return out.str();
-}
-
 double secondsUntil(Clock::time_point deadline) {
   return std::max(0.0, std::chrono::duration<double>(deadline - Clock::now()).count());
 }
@@ -145,7 +140,7 @@ std::string disagreementMessage(const Names &names, const std::vector<std::pair<
 std::string missingMessage(const std::vector<int> &missing, int worldSize, const std::string &store,
                            double timeoutS) {
   return ranksWord(missing) + " of " + std::to_string(worldSize) + " never arrived at the store at " +
-         store + " within " + seconds(timeoutS) + " s";
+         store + " within " + detail::concat(timeoutS) + " s";
 }
 
 struct Verdict {
@@ -399,7 +394,7 @@ Verdict judge(TcpStoreClient &store, const std::string &p, const LaunchConfig &c
     HORA_LOG(kWarning) << "rendezvous: " << (n - static_cast<int>(missing.size())) << " of " << n
                        << " ranks are here after " << static_cast<long>(since(started)) << " s; waiting for "
                        << ranksWord(missing) << " (the store is at " << storeName << "; HORA_TIMEOUT_S="
-                       << seconds(timeoutS) << ")";
+                       << timeoutS << ")";
     nextReport = Clock::now() + kReportEvery;
   }
 }
@@ -419,13 +414,7 @@ Verdict judge(TcpStoreClient &store, const std::string &p, const LaunchConfig &c
     HORA_THROW(HORA_ERR_TIMEOUT, missingMessage(missing, config.worldSize, storeName, timeoutS));
   }
   HORA_THROW(HORA_ERR_TIMEOUT, "every rank arrived at the store at ", storeName,
-             " but rank 0 gave no verdict within ", seconds(timeoutS), " s; is rank 0 stuck?");
-}
-
-std::string localHostName() {
-  char name[256] = {0};
-  if (gethostname(name, sizeof name - 1) != 0) return "unknown-host";
-  return name;
+             " but rank 0 gave no verdict within ", timeoutS, " s; is rank 0 stuck?");
 }
 
 }  // namespace
@@ -530,7 +519,7 @@ Rendezvous rendezvous(const LaunchConfig &config, double timeoutS, uint64_t epoc
   me.localSize = config.localWorldSize;
   me.nodeRank = config.nodeRank;
   me.pid = static_cast<long long>(getpid());
-  me.host = hostname.empty() ? localHostName() : hostname;
+  me.host = hostname.empty() ? hostNameOr("unknown-host") : hostname;
   // Newlines would break the line-based records; no real host name has one.
   std::replace(me.host.begin(), me.host.end(), '\n', ' ');
   me.index = store.add(p + "claims", 1);

@@ -29,6 +29,7 @@
 
 #include "base/error.h"
 #include "base/logging.h"
+#include "base/process.h"
 #include "bootstrap/env/auth.h"
 
 namespace hora {
@@ -130,12 +131,6 @@ std::string errnoText(int err) {
   return s;
 }
 
-std::string seconds(double s) {
-  std::ostringstream out;
-  out << s;
-  return out.str();
-}
-
 // Keys are binary-safe; messages show them printable.
 std::string quoteKey(const std::string &key) {
   std::string out = "'";
@@ -213,12 +208,6 @@ std::string findPortOwner(int port) {
   }
   closedir(proc);
   return owner;
-}
-
-std::string localHostName() {
-  char name[256] = {0};
-  if (gethostname(name, sizeof name - 1) != 0) return "this host";
-  return name;
 }
 
 }  // namespace
@@ -395,9 +384,9 @@ void TcpStoreServer::Impl::run() {
       if (c.dead || idleDeadline(c) > now) continue;
       if (c.stage != Stage::kReady) {
         refuse(c, c.closeWhenFlushed ? "did not read its refusal" : "no handshake within " +
-                                                                          seconds(options.idleTimeoutS) + " s");
+                                                                          detail::concat(options.idleTimeoutS) + " s");
       } else {
-        protocolError(c, "sent part of a request, then nothing for " + seconds(options.idleTimeoutS) + " s");
+        protocolError(c, "sent part of a request, then nothing for " + detail::concat(options.idleTimeoutS) + " s");
       }
       c.dead = true;
     }
@@ -858,7 +847,7 @@ TcpStoreServer::TcpStoreServer(const std::string &host, int port, StoreServerOpt
     HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "store port ", port, " is outside 0..65535");
   }
   impl_->options = std::move(options);
-  const std::string shown = host.empty() ? localHostName() : host;
+  const std::string shown = host.empty() ? hostNameOr("this host") : host;
   const std::string where = formatHostPort(shown, port);
 
   // Named host: listen on each of its addresses that is on this host. Wildcard: on the first
@@ -1058,13 +1047,13 @@ TcpStoreClient::TcpStoreClient(const std::string &host, int port, double timeout
   if (full_ || closedInHandshake_) {
     // The store answered: it is there, but would not keep this process connected.
     HORA_THROW(HORA_ERR_TIMEOUT, "the store at ", address_, " did not let this process in for ",
-               seconds(timeoutS), " s (", why, "): ",
+               timeoutS, " s (", why, "): ",
                full_ ? "as many clients as it takes are connected (4 x WORLD_SIZE + 64); "
                        "is a process outside the job holding connections with the job's token?"
                      : "it closed this process's connections during the handshake, as it does "
                        "when connections that never finish it (a stranger's) crowd in");
   }
-  HORA_THROW(HORA_ERR_TIMEOUT, "master ", address_, " unreachable after ", seconds(timeoutS), " s (",
+  HORA_THROW(HORA_ERR_TIMEOUT, "master ", address_, " unreachable after ", timeoutS, " s (",
              why, "); is rank 0 running and MASTER_ADDR/MASTER_PORT right?");
 }
 
@@ -1203,7 +1192,7 @@ TcpStoreClient::Reply TcpStoreClient::request(uint8_t command,
       pollfd p{fd_, POLLOUT, 0};
       if (poll(&p, 1, msUntil(deadline)) == 0) {
         fail(HORA_ERR_TIMEOUT, "the store at " + address_ + " did not take a request within " +
-                                   seconds(answerS) + " s; it is stuck or overloaded");
+                                   detail::concat(answerS) + " s; it is stuck or overloaded");
       }
       continue;
     }
@@ -1238,7 +1227,7 @@ TcpStoreClient::Reply TcpStoreClient::request(uint8_t command,
     pollfd p{fd_, POLLIN, 0};
     if (poll(&p, 1, msUntil(deadline)) == 0) {
       fail(HORA_ERR_TIMEOUT, "the store at " + address_ + " did not answer within " +
-                                 seconds(answerS) + " s; it is stuck or overloaded");
+                                 detail::concat(answerS) + " s; it is stuck or overloaded");
     }
   }
   Reply reply;
@@ -1299,7 +1288,7 @@ TcpStoreClient::Reply TcpStoreClient::waitingRequest(uint8_t command,
 std::string TcpStoreClient::get(const std::string &key) {
   Reply r = waitingRequest(kGet, {&key}, timeoutS_);
   if (r.status == kTimedOut) {
-    HORA_THROW(HORA_ERR_TIMEOUT, "timed out after ", seconds(timeoutS_), " s waiting for key ",
+    HORA_THROW(HORA_ERR_TIMEOUT, "timed out after ", timeoutS_, " s waiting for key ",
                quoteKey(key), " in the store at ", address_);
   }
   return std::move(r.payload);
@@ -1331,10 +1320,10 @@ void TcpStoreClient::wait(const std::vector<std::string> &keys, double timeoutS)
   const Reply r = waitingRequest(kWait, args, timeoutS);
   if (r.status == kTimedOut) {
     if (keys.size() == 1) {
-      HORA_THROW(HORA_ERR_TIMEOUT, "timed out after ", seconds(timeoutS), " s waiting for key ",
+      HORA_THROW(HORA_ERR_TIMEOUT, "timed out after ", timeoutS, " s waiting for key ",
                  quoteKey(keys[0]), " in the store at ", address_);
     }
-    HORA_THROW(HORA_ERR_TIMEOUT, "timed out after ", seconds(timeoutS), " s waiting for ",
+    HORA_THROW(HORA_ERR_TIMEOUT, "timed out after ", timeoutS, " s waiting for ",
                keys.size(), " keys in the store at ", address_, "; missing ", missingKeys(r.payload));
   }
 }
@@ -1364,7 +1353,7 @@ void storeBarrier(TcpStoreClient &store, const std::string &prefix, int rank, in
       }
     }
     HORA_THROW(HORA_ERR_TIMEOUT, count == 1 ? "rank " : "ranks ", missing, " of ", size,
-               count == 1 ? " has" : " have", " not ", done, " within ", seconds(timeoutS),
+               count == 1 ? " has" : " have", " not ", done, " within ", timeoutS,
                " s (HORA_TIMEOUT_S)");
   }
 }

@@ -59,7 +59,7 @@ void chainBroadcast(Link &link, const Call &call) {
 
 std::vector<std::string> gatherBlobs(Link &link, const std::string &blob) {
   if (link.rank() != 0) {
-    link.sendBlob(0, blob);
+    link.sendBlob({0}, blob);
     return {};
   }
   std::vector<std::string> out(static_cast<size_t>(link.size()));
@@ -73,7 +73,7 @@ void broadcastBlob(Link &link, std::string &blob) {
   std::vector<int> children;
   binomialTree(link.size(), link.rank(), 0, &parent, &children);
   if (parent >= 0) blob = link.recvBlob(parent);
-  for (int child : children) link.sendBlob(child, blob);
+  link.sendBlob(children, blob);
 }
 
 }  // namespace hora::collectives
