@@ -1,6 +1,6 @@
 #!/bin/sh
 # SPDX-License-Identifier: Apache-2.0
-# Rewrites README.md's knob table from lib/base/knobs.cpp: tools/update_knob_docs.sh [BUILD_DIR]
+# Rewrites README.md's knob table from lib/base/knob_list.h: tools/update_knob_docs.sh [BUILD_DIR]
 # (default build/). test/docs/test_knob_docs.py fails while the README and the table differ.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The knob table. Adding a knob means adding one row here (and its Knobs field), then
-// tools/update_knob_docs.sh; nothing else reads the environment for HORA_* settings. Below it:
-// Horovod's names for the knobs, and the HORA_* variables that are not knobs.
+// The knob table, built from the knobs' one declaration (base/knob_list.h: adding a knob is one
+// entry there, then tools/update_knob_docs.sh); nothing else reads the environment for HORA_*
+// settings. Below it: Horovod's names for the knobs, and the HORA_* variables that are not knobs.
 #include "base/knobs.h"
 
 #include <strings.h>
@@ -15,6 +15,7 @@
 #include <mutex>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include <unistd.h>  // environ (a GNU extension of it, which g++ enables)
 
@@ -85,299 +86,60 @@ bool parseWhole(const std::string &text, int64_t lo, int64_t hi, int64_t *out, s
   return true;
 }
 
-std::string showDouble(double v) {
+// `ok`, or false with *why = `expected` (what the knob accepts).
+bool check(bool ok, std::string *why, const char *expected) {
+  if (!ok) *why = expected;
+  return ok;
+}
+
+// Sets a field to a value the parse expression has accepted; true.
+template <typename Field, typename Value>
+bool assign(Field *field, Value &&value) {
+  *field = std::forward<Value>(value);
+  return true;
+}
+
+// "", "allreduce=ring", "allreduce=ring,broadcast=tree": COLLECTIVE=NAME items joined by commas
+// (empty items are skipped). Which collectives and names exist is the tables' business.
+bool isAlgorithmList(const std::string &text) {
+  for (size_t at = 0; at <= text.size();) {
+    size_t end = text.find(',', at);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(at, end - at);
+    if (!item.empty() &&
+        (item.find('=') == std::string::npos || item.front() == '=' || item.back() == '=')) {
+      return false;
+    }
+    at = end + 1;
+  }
+  return true;
+}
+
+// A knob's current value as hora-info prints it, by the field's type (HORA_KNOB; a knob declared
+// with HORA_KNOB_SHOWN says its own).
+std::string showValue(int64_t v) { return std::to_string(v); }
+std::string showValue(double v) {
   std::ostringstream s;
   s << v;
   return s.str();
 }
+std::string showValue(const std::string &v) { return v; }
+std::string showValue(LogLevel v) { return logLevelName(v); }
+
+// The rows, from the knobs' one declaration (base/knob_list.h): a parser running the entry's
+// parse expression on `text` into `knobs`, and a show (the entry's, or showValue of the field).
+#define HORA_KNOB_SHOWN(name, type, field, value, defaultText, doc, show, ...) \
+  {name, defaultText, doc,                                                    \
+   [](const std::string &text, Knobs &knobs, std::string *why) -> bool {      \
+     (void)why;                                                               \
+     return __VA_ARGS__;                                                      \
+   },                                                                         \
+   [](const Knobs &knobs) -> std::string { return show; }},
+#define HORA_KNOB(name, type, field, value, defaultText, doc, ...) \
+  HORA_KNOB_SHOWN(name, type, field, value, defaultText, doc, showValue(knobs.field), __VA_ARGS__)
 
 const std::vector<KnobSpec> kTable = {
-    {"HORA_FUSION_THRESHOLD", "64M", "largest fused buffer, bytes (suffixes K, M, G)",
-     [](const std::string &t, Knobs &k, std::string *why) {
-       int64_t b;
-       if (!parseBytes(t, &b)) {
-         *why = "expected a byte count such as 67108864, 64M or 64MiB";
-         return false;
-       }
-       k.fusionThreshold = b;
-       return true;
-     },
-     [](const Knobs &k) { return std::to_string(k.fusionThreshold); }},
-    {"HORA_CYCLE_TIME_MS", "0.5", "longest wait for more tensors to fuse once one is pending, ms",
-     [](const std::string &t, Knobs &k, std::string *why) {
-       return parseDouble(t, 0, 10000, &k.cycleTimeMs, why);
-     },
-     [](const Knobs &k) { return showDouble(k.cycleTimeMs); }},
-    {"HORA_CACHE_CAPACITY", "1024", "response cache entries (0 disables the cache)",
-     [](const std::string &t, Knobs &k, std::string *why) {
-       double v;
-       if (!parseDouble(t, 0, 1 << 20, &v, why) || v != std::floor(v)) {
-         *why = "expected an integer in [0, 1048576]";
-         return false;
-       }
-       k.cacheCapacity = static_cast<int64_t>(v);
-       return true;
-     },
-     [](const Knobs &k) { return std::to_string(k.cacheCapacity); }},
-    {"HORA_CPU_BACKEND", "auto",
-     "CPU data plane: `auto` (ucx for worlds spanning hosts, else the launcher's: mpi under "
-     "MPI, gloo otherwise) or a plane's name; `hora-info` lists this build's planes, and "
-     "`hora_init` refuses a name that is not one of them",
-     [](const std::string &t, Knobs &k, std::string *why) {
-       // Any plain name: the planes are the backend registry's (lib/backends/registry.cpp),
-       // which this layer cannot see; createCpuBackend refuses a name it does not have.
-       if (!isPlainName(t)) {
-         *why = "expected auto or a plane's name (lowercase letters, digits, _)";
-         return false;
-       }
-       k.cpuBackend = t;
-       return true;
-     },
-     [](const Knobs &k) { return k.cpuBackend; }},
-    {"HORA_UCX_DIRECT_KB", "16",
-     "UCX plane: an allreduce whose (ranks - 1) x bytes are at most this many KiB goes straight "
-     "to every rank (docs/ucx.md)",
-     [](const std::string &t, Knobs &k, std::string *why) {
-       return parseWhole(t, 0, 1 << 20, &k.ucxDirectKiB, why);
-     },
-     [](const Knobs &k) { return std::to_string(k.ucxDirectKiB); }},
-    {"HORA_UCX_SMALL_KB", "64",
-     "UCX plane: largest allreduce, KiB, that runs as recursive doubling (and, across hosts, "
-     "through one rank per host); larger ones run as a ring",
-     [](const std::string &t, Knobs &k, std::string *why) {
-       return parseWhole(t, 0, 1 << 20, &k.ucxSmallKiB, why);
-     },
-     [](const Knobs &k) { return std::to_string(k.ucxSmallKiB); }},
-    {"HORA_UCX_CHUNK_KB", "256",
-     "UCX plane: the ring's and the broadcast chain's pipeline chunk, KiB",
-     [](const std::string &t, Knobs &k, std::string *why) {
-       return parseWhole(t, 1, 1 << 20, &k.ucxChunkKiB, why);
-     },
-     [](const Knobs &k) { return std::to_string(k.ucxChunkKiB); }},
-    {"HORA_ALGORITHM", "",
-     "Gloo and UCX planes: force algorithms, `COLLECTIVE=NAME,...` (e.g. `allreduce=ring`); "
-     "a forced one runs wherever it can, else the table's size rule picks. `hora-info` lists "
-     "the tables (allreduce, reducescatter, broadcast, allgatherv, alltoallv)",
-     [](const std::string &t, Knobs &k, std::string *why) {
-       for (size_t at = 0; at <= t.size();) {
-         size_t end = t.find(',', at);
-         if (end == std::string::npos) end = t.size();
-         const std::string item = t.substr(at, end - at);
-         if (!item.empty() && (item.find('=') == std::string::npos || item.front() == '=' ||
-                               item.back() == '=')) {
-           *why = "expected COLLECTIVE=NAME[,COLLECTIVE=NAME...], e.g. allreduce=ring";
-           return false;
-         }
-         at = end + 1;
-       }
-       k.algorithm = t;
-       return true;
-     },
-     [](const Knobs &k) { return k.algorithm; }},
-    {"HORA_UCX_SPIN_US", "50",
-     "UCX plane: how long a rank waiting in a collective polls, microseconds, before it sleeps "
-     "until UCX wakes it (0: sleeps at once)",
-     [](const std::string &t, Knobs &k, std::string *why) {
-       return parseDouble(t, 0, 1e6, &k.ucxSpinUs, why);
-     },
-     [](const Knobs &k) { return showDouble(k.ucxSpinUs); }},
-    {"HORA_SHM", "auto",
-     "intra-host allreduce through shared memory when every rank of a set is on one host: "
-     "`auto` stages it through a shared segment; `cma` reads large tensors straight from the "
-     "peers' memory (`process_vm_readv`); `off` leaves allreduce to MPI or Gloo",
-     [](const std::string &t, Knobs &k, std::string *why) {
-       return parseChoice(t, {"auto", "cma", "off"}, &k.shm, why);
-     },
-     [](const Knobs &k) { return k.shm; }},
-    {"HORA_SHM_STREAM", "auto",
-     "how the shared-memory allreduce writes its segment: `auto` uses non-temporal stores "
-     "(through memory) while a cache-line probe finds that the ranks' cores share no cache "
-     "(e.g. vCPUs on different CCDs or sockets), cached stores otherwise; `on`, `off`",
-     [](const std::string &t, Knobs &k, std::string *why) {
-       return parseChoice(t, {"auto", "on", "off"}, &k.shmStream, why);
-     },
-     [](const Knobs &k) { return k.shmStream; }},
-    {"HORA_HIERARCHICAL", "auto",
-     "allreduce of a set whose ranks span hosts, where a host holds several: `on` reduces "
-     "inside each host through shared memory, then across hosts one share per rank (the "
-     "fewest ranks any host holds carry the shares), then shares the result inside each host "
-     "(allgather and broadcast likewise cross each host's link once); `auto` does so from the "
-     "size where a cost model measured on the set as it forms says it pays, and leaves smaller "
-     "ones to the set's plane; `off`: one collective of the plane over every rank",
-     [](const std::string &t, Knobs &k, std::string *why) {
-       return parseChoice(t, {"auto", "on", "off"}, &k.hierarchical, why);
-     },
-     [](const Knobs &k) { return k.hierarchical; }},
-    {"HORA_HIER_OWNERS", "auto",
-     "ranks per host that carry the shares of a hierarchical allreduce across hosts: `auto` is "
-     "the fewest ranks any host of the set holds, a number narrows it to at most that many; `1` "
-     "is Horovod's hierarchical allreduce (docs/hierarchical.md)",
-     [](const std::string &t, Knobs &k, std::string *why) {
-       if (t == "auto") {
-         k.hierOwners = 0;
-         return true;
-       }
-       if (!parseWhole(t, 1, 1 << 16, &k.hierOwners, why)) {
-         *why = "expected auto or an integer in [1, 65536]";
-         return false;
-       }
-       return true;
-     },
-     [](const Knobs &k) {
-       return k.hierOwners == 0 ? std::string("auto") : std::to_string(k.hierOwners);
-     }},
-    {"HORA_CALLER_CYCLES", "auto",
-     "`auto`: a thread in `hora_wait` runs its set's cycles itself while the set's engine "
-     "thread is idle (sets on one host, CPU tensors), sparing two thread hand-offs; `off`: the "
-     "engine thread runs every cycle",
-     [](const std::string &t, Knobs &k, std::string *why) {
-       return parseChoice(t, {"auto", "off"}, &k.callerCycles, why);
-     },
-     [](const Knobs &k) { return k.callerCycles; }},
-    {"HORA_THREAD_AFFINITY", "auto",
-     "CPU of each rank's engine threads: `auto` spreads the local ranks over the CPUs when the "
-     "launcher did not bind them (and there are at least 2 local ranks and as many CPUs), "
-     "`off`, or one CPU per local rank such as `0,8`",
-     [](const std::string &t, Knobs &k, std::string *why) {
-       if (t == "auto" || t == "off") {
-         k.threadAffinity = t;
-         return true;
-       }
-       if (!isCpuList(t)) {
-         *why = "expected auto, off, or CPU numbers joined by commas such as 0,1";
-         return false;
-       }
-       k.threadAffinity = t;
-       return true;
-     },
-     [](const Knobs &k) { return k.threadAffinity; }},
-    {"HORA_TIMELINE", "",
-     "path of a Chrome-trace JSON timeline, one file per rank (`trace.json` becomes "
-     "`trace.rank<R>.json`, or put `{rank}` in the path)",
-     [](const std::string &t, Knobs &k, std::string *) {
-       k.timeline = t;
-       return true;
-     },
-     [](const Knobs &k) { return k.timeline; }},
-    {"HORA_FLIGHT_RECORDER", "/tmp/hora-flight.{rank}.json",
-     "where each rank writes its last operations on a timeout, a lost peer, a backend error, "
-     "SIGUSR1 or SIGTERM (`{rank}`: the rank; `{job}`: the job id, put before `{rank}` if absent, "
-     "so jobs never share files; `off`: record nothing); `hora-flight-check` compares the files "
-     "of a job",
-     [](const std::string &t, Knobs &k, std::string *why) {
-       if (t.empty()) {
-         *why = "expected a path, or off";
-         return false;
-       }
-       k.flightRecorder = t == "off" ? "" : t;
-       return true;
-     },
-     [](const Knobs &k) { return k.flightRecorder.empty() ? std::string("off") : k.flightRecorder; }},
-    {"HORA_FLIGHT_RECORDER_OPS", "1024", "operations the flight recorder keeps per rank",
-     [](const std::string &t, Knobs &k, std::string *why) {
-       double v;
-       if (!parseDouble(t, 1, 1 << 24, &v, why) || v != std::floor(v)) {
-         *why = "expected an integer in [1, 16777216]";
-         return false;
-       }
-       k.flightRecorderOps = static_cast<int64_t>(v);
-       return true;
-     },
-     [](const Knobs &k) { return std::to_string(k.flightRecorderOps); }},
-    {"HORA_FLIGHT_RECORDER_KEEP", "8",
-     "flight recorder files of at most this many jobs stay in its directory: writing one removes "
-     "those of older jobs (by their newest file), so failed jobs do not pile up (0: keep all)",
-     [](const std::string &t, Knobs &k, std::string *why) {
-       double v;
-       if (!parseDouble(t, 0, 1e6, &v, why) || v != std::floor(v)) {
-         *why = "expected an integer in [0, 1000000]";
-         return false;
-       }
-       k.flightRecorderKeep = static_cast<int64_t>(v);
-       return true;
-     },
-     [](const Knobs &k) { return std::to_string(k.flightRecorderKeep); }},
-    {"HORA_STALL_WARNING_S", "60",
-     "report a name that some ranks have submitted and others have not after this long, and "
-     "again at this interval, seconds (0: never)",
-     [](const std::string &t, Knobs &k, std::string *why) {
-       return parseDouble(t, 0, 1e9, &k.stallWarningS, why);
-     },
-     [](const Knobs &k) { return showDouble(k.stallWarningS); }},
-    {"HORA_STALL_SHUTDOWN_S", "0",
-     "fail such a name with `HORA_ERR_TIMEOUT` on the ranks that submitted it after this long, "
-     "seconds (0: off)",
-     [](const std::string &t, Knobs &k, std::string *why) {
-       return parseDouble(t, 0, 1e9, &k.stallShutdownS, why);
-     },
-     [](const Knobs &k) { return showDouble(k.stallShutdownS); }},
-    {"HORA_TIMEOUT_S", "300",
-     "longest wait for peers, seconds: in negotiation, the env:// rendezvous and the data "
-     "planes; a collective that waits longer, or a lost peer, fails with `HORA_ERR_TIMEOUT` or "
-     "`HORA_ERR_PEER_LOST`",
-     [](const std::string &t, Knobs &k, std::string *why) {
-       return parseDouble(t, 0.001, 1e9, &k.timeoutS, why);
-     },
-     [](const Knobs &k) { return showDouble(k.timeoutS); }},
-    {"HORA_NCCL_INIT_TIMEOUT_S", "120",
-     "longest wait for an NCCL communicator to form, seconds (at most `HORA_TIMEOUT_S`): a "
-     "rank that never joins fails the others' first CUDA op of the set with `HORA_ERR_TIMEOUT`",
-     [](const std::string &t, Knobs &k, std::string *why) {
-       return parseDouble(t, 0.001, 1e9, &k.ncclInitTimeoutS, why);
-     },
-     [](const Knobs &k) { return showDouble(k.ncclInitTimeoutS); }},
-    {"HORA_CUDA_DIRECT_BYTES", "1M",
-     "fused CUDA allreduce: tensors of at least this many bytes go to NCCL where they lie, in the "
-     "same NCCL group as the smaller ones, which are packed (zero-copy fusion); 0 packs every "
-     "tensor (suffixes K, M, G)",
-     [](const std::string &t, Knobs &k, std::string *why) {
-       int64_t b;
-       if (!parseBytes(t, &b)) {
-         *why = "expected a byte count such as 1048576, 1M or 0";
-         return false;
-       }
-       k.cudaDirectBytes = b;
-       return true;
-     },
-     [](const Knobs &k) { return std::to_string(k.cudaDirectBytes); }},
-    {"HORA_LOG_LEVEL", "warning", "`trace`, `debug`, `info`, `warning` or `error` (any case)",
-     [](const std::string &t, Knobs &k, std::string *why) {
-       if (parseLogLevel(t, &k.logLevel)) return true;
-       *why = "expected one of trace, debug, info, warning, error";
-       return false;
-     },
-     [](const Knobs &k) { return std::string(logLevelName(k.logLevel)); }},
-    {"HORA_BOOTSTRAP", "auto",
-     "how the world forms: `auto`, `mpi`, `env` (torchrun's MASTER_ADDR, RANK, WORLD_SIZE "
-     "variables) or `single` (a world of one)",
-     [](const std::string &t, Knobs &k, std::string *why) {
-       return parseChoice(t, {"auto", "mpi", "env", "single"}, &k.bootstrap, why);
-     },
-     [](const Knobs &k) { return k.bootstrap; }},
-    {"HORA_JOB_TOKEN", "",
-     "shared secret of an env:// job, the same on every rank: each connection to rank 0's store "
-     "and each Gloo pair must prove it knows it (HMAC-SHA256 challenge-response both ways) or is "
-     "closed; unset, the store trusts whoever reaches its port. `horarun` sets a fresh one for "
-     "every single-machine job. See docs/security.md",
-     [](const std::string &t, Knobs &k, std::string *) {
-       k.jobToken = t;
-       return true;
-     },
-     // Never printed: hora-info output ends up in logs and bug reports.
-     [](const Knobs &k) { return k.jobToken.empty() ? std::string() : std::string("(set)"); }},
-    {"HORA_STORE_BIND", "",
-     "address rank 0's env:// store listens on: unset, the address `MASTER_ADDR` names when it "
-     "is one of this host's (every interface when it is not, e.g. behind NAT); `0.0.0.0`, `::` "
-     "or `*` (every interface) or one local address",
-     [](const std::string &t, Knobs &k, std::string *why) {
-       if (t.find_first_of(" \t\n") != std::string::npos) {  // "": the default
-         *why = "expected an address such as 0.0.0.0, ::, 10.0.0.1 or *";
-         return false;
-       }
-       k.storeBind = t;
-       return true;
-     },
-     [](const Knobs &k) { return k.storeBind; }},
+#include "base/knob_list.h"
 };
 
 // "12", "-3": a whole decimal number, nothing around it (Horovod's strtol would read "1x" as 1).

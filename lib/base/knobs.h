@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Every HORA_* knob in one declarative table: name, default, doc and parser.
+// Every HORA_* knob: the Knobs struct and the table (name, default, doc, parser, show), both
+// generated from one declaration per knob in base/knob_list.h. Adding a knob is one entry there.
 #pragma once
 
 #include <cstdint>
@@ -15,39 +16,12 @@ namespace hora {
 
 struct KnobReport;
 
-// Parsed values of every knob. Defaults here match the table's default strings.
+// Parsed values of every knob: one field per entry of base/knob_list.h, in its order, holding the
+// entry's default (what its default text parses to; the unit tests check that they agree).
 struct Knobs {
-  int64_t fusionThreshold = int64_t{64} << 20;  // bytes
-  double cycleTimeMs = 0.5;
-  int64_t cacheCapacity = 1024;
-  std::string cpuBackend = "auto";  // auto or a plane's name (backends/registry.h: cpuPlanes)
-  std::string shm = "auto";         // auto, cma, off: the intra-host allreduce path
-  std::string shmStream = "auto";   // auto, on, off: non-temporal stores into the shared segment
-  std::string hierarchical = "auto";  // auto, on, off: shared memory + cross-host plane for sets spanning hosts
-  int64_t hierOwners = 0;  // ranks per host carrying a hierarchical allreduce across; 0 = auto
-  std::string callerCycles = "auto";  // auto, off: a waiting thread runs its set's cycles
-  std::string threadAffinity = "auto";  // auto, off, or one CPU per local rank: "0,1"
-  std::string timeline;             // empty = off
-  std::string flightRecorder = "/tmp/hora-flight.{rank}.json";  // "" = off
-  int64_t flightRecorderOps = 1024;
-  int64_t flightRecorderKeep = 8;  // jobs whose files stay in the recorder's directory; 0 = all
-  double stallWarningS = 60;
-  double stallShutdownS = 0;  // 0 = off
-  double timeoutS = 300;
-  double ncclInitTimeoutS = 120;  // communicator creation, at most timeoutS
-  int64_t cudaDirectBytes = int64_t{1} << 20;  // fused CUDA allreduce: tensors this big are not packed; 0: all are
-  LogLevel logLevel = LogLevel::kWarning;
-  std::string bootstrap = "auto";  // auto, mpi, env, single
-  std::string jobToken;   // "" = none: the env:// store and mesh trust whoever connects
-  std::string storeBind;  // "" = the address MASTER_ADDR names, when it is one of this host's
-  // The UCX plane (lib/backends/ucx, docs/ucx.md).
-  int64_t ucxDirectKiB = 16;   // allreduce sends (P-1) x its bytes directly up to here
-  int64_t ucxSmallKiB = 64;    // up to here allreduce uses recursive doubling
-  int64_t ucxChunkKiB = 256;   // pipeline unit of the ring and the broadcast chain
-  double ucxSpinUs = 50;       // a wait polls this long before it sleeps
-  // The Gloo and UCX planes: "allreduce=ring,..." forces algorithms of the tables
-  // (lib/core/collectives/algorithms.h); "" = each table's size rules.
-  std::string algorithm;
+#define HORA_KNOB(name, type, field, value, ...) type field = value;
+#define HORA_KNOB_SHOWN HORA_KNOB
+#include "base/knob_list.h"
 
   // Reads every HORA_* variable and its aliases; throws Error(HORA_ERR_INVALID_ARGUMENT) naming
   // the variable, the bad value and what is accepted. With `report`, also says where each value

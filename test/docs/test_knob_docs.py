@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The knob table (lib/base/knobs.cpp) is the one source of the knob docs: README.md's knob block
-and horarun --help must say what hora-info generates from it.
+"""The knob list (lib/base/knob_list.h, knobs.cpp's table) is the one source of the knob docs:
+README.md's knob block and horarun --help must say what hora-info generates from it.
 
-Usage: test_knob_docs.py HORA_INFO HORARUN README.md KNOBS_CPP"""
+Usage: test_knob_docs.py HORA_INFO HORARUN README.md KNOB_LIST_H"""
 
 import difflib
 import json
@@ -12,7 +12,7 @@ import subprocess
 import sys
 import unittest
 
-HORA_INFO = HORARUN = README = KNOBS_CPP = None
+HORA_INFO = HORARUN = README = KNOB_LIST = None
 BEGIN, END = "<!-- knobs:begin", "<!-- knobs:end"
 FIX = "regenerate it: tools/update_knob_docs.sh BUILD_DIR"
 
@@ -30,17 +30,16 @@ def run(args, **extra_env):
 
 
 def source_names():
-    """Knob names as the table's rows spell them in knobs.cpp: read without hora-info."""
-    with open(KNOBS_CPP) as f:
-        table = f.read().split("> kTable = {", 1)[-1].split("\n};", 1)[0]
-    return re.findall(r'^\s*\{"(HORA_[A-Z0-9_]+)",', table, re.M)
+    """Knob names as the entries of knob_list.h spell them: read without hora-info."""
+    with open(KNOB_LIST) as f:
+        return re.findall(r'^HORA_KNOB(?:_SHOWN)?\("(HORA_[A-Z0-9_]+)",', f.read(), re.M)
 
 
 class KnobDocs(unittest.TestCase):
 
     def setUp(self):
         self.names = source_names()
-        self.assertGreaterEqual(len(self.names), 10, "cannot read the table in " + KNOBS_CPP)
+        self.assertGreaterEqual(len(self.names), 10, "cannot read the knobs in " + KNOB_LIST)
 
     def hora_info(self, *args):
         proc = run([HORA_INFO] + list(args))
@@ -107,5 +106,5 @@ class KnobDocs(unittest.TestCase):
 if __name__ == "__main__":
     if len(sys.argv) != 5:
         sys.exit(__doc__)
-    HORA_INFO, HORARUN, README, KNOBS_CPP = (os.path.abspath(a) for a in sys.argv[1:])
+    HORA_INFO, HORARUN, README, KNOB_LIST = (os.path.abspath(a) for a in sys.argv[1:])
     unittest.main(argv=sys.argv[:1], verbosity=2)

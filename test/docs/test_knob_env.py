@@ -216,7 +216,9 @@ class Names(unittest.TestCase):
         def block(start):
             return knobs_cpp.split(start, 1)[1].split("\n};", 1)[0]
 
-        cls.knobs = set(re.findall(r'^\s*\{"(HORA_[A-Z0-9_]+)",', block("> kTable = {"), re.M))
+        with open(os.path.join(ROOT, "lib/base/knob_list.h")) as f:
+            cls.knobs = set(re.findall(r'^HORA_KNOB(?:_SHOWN)?\("(HORA_[A-Z0-9_]+)",', f.read(),
+                                       re.M))
         cls.listed = re.findall(r'^\s*\{"(HORA_[A-Z0-9_]*\*?)",', block("> kOtherVariables = {"),
                                 re.M)
 

@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Only the knob table reads the environment in lib/.
 
-Every HORA_* setting is a knob (lib/base/knobs.cpp's table: name, default, doc, a parser that
-names the variable when its value is bad) and reaches the code through `Knobs`. Whatever else
+Every HORA_* setting is a knob (lib/base/knob_list.h, knobs.cpp's table: name, default, doc, a
+parser that names the variable when its value is bad) and reaches the code through `Knobs`. Whatever else
 lib/ needs from the environment (a launcher's MASTER_ADDR, OMPI_* or SLURM_* variables, horarun's
 HORA_AGENT_STORE, HORA_TEST_AT, another library's UCX_TLS or NCCL_SOCKET_IFNAME) goes through the
 one accessor beside the table, environmentValue (lib/base/knobs.h), which refuses a knob's name.
