@@ -122,15 +122,20 @@ def check(args, tmp):
         print("HORA_TIMELINE under mpirun: OK")
 
     if args.horarun:
-        # hora_timeline_start/stop under horarun (env://, Gloo): only the ops in between.
+        # hora_timeline_start/stop under horarun (env://, Gloo): only the ops in between. The
+        # Gloo plane itself carries the allreduces (no shared memory), with an algorithm forced:
+        # the engine row names the one that ran.
         trace = os.path.join(tmp, "api.json")
-        out = run([python, args.horarun, "-np", "2", args.api, trace], {})
+        out = run([python, args.horarun, "-np", "2", args.api, trace],
+                  {"HORA_SHM": "off", "HORA_ALGORITHM": "allreduce=ring"})
         assert out.count("timeline_api: OK") == 2, out
         for r in range(2):
-            check_rank_file(os.path.join(tmp, f"api.rank{r}.json"), r,
-                            {"traced.small": 3, "traced.large": 3},
-                            ["untraced.before", "untraced.after"])
-        print("hora_timeline_start/stop under horarun: OK")
+            by_row = check_rank_file(os.path.join(tmp, f"api.rank{r}.json"), r,
+                                     {"traced.small": 3, "traced.large": 3},
+                                     ["untraced.before", "untraced.after"])
+            ran = {e["args"].get("algorithm") for e in by_row["engine"] if e["name"] == "ALLREDUCE"}
+            assert ran == {"ring"}, f"rank {r}: the engine row's allreduces ran {ran}, not the forced ring"
+        print("hora_timeline_start/stop under horarun, an algorithm forced: OK")
 
 
 if __name__ == "__main__":

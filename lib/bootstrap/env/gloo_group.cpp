@@ -522,7 +522,8 @@ void GlooMesh::guard(const char *what, const std::function<void()> &body) {
 
 void GlooMesh::await(int peer, Deadline &deadline, bool brief) {
   interrupted_.check();
-  std::vector<pollfd> fds;
+  std::vector<pollfd> &fds = pollFds_;
+  fds.clear();
   for (int p = 0; p < size_; ++p) {
     const bool out = !sends_[static_cast<size_t>(p)].pending.empty();
     const bool in = !recvs_[static_cast<size_t>(p)].pending.empty();

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <gloo/context.h>
+#include <poll.h>
 
 #include <chrono>
 #include <cstddef>
@@ -115,6 +116,7 @@ class GlooMesh final : public Link {
   std::vector<std::string> peerNames_;  // by peer rank: the socket's remote address, for errors
   std::vector<Queue> sends_, recvs_;    // by peer rank
   size_t pendingBytes_ = 0;        // posted and not yet moved, every queue
+  std::vector<pollfd> pollFds_;    // await's, kept between calls
   bool outOfStep_ = false;         // a transfer was dropped half-moved: the streams are lost
   Interrupt interrupted_;
 };
