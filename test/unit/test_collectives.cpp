@@ -239,7 +239,9 @@ TEST(Collectives, EveryAllreduceAlgorithmSumsExactlyAndAgreesBitwise) {
           call.combine = &kFloatSum;
           runIfFits(Collective::kAllreduce, index, link, call);
         });
+        if (floats[0].empty()) continue;  // the algorithm does not fit this size
         for (int r = 1; r < size; ++r) {
+          ASSERT_EQ(floats[0].size(), floats[static_cast<size_t>(r)].size());
           ASSERT_EQ(0, std::memcmp(floats[0].data(), floats[static_cast<size_t>(r)].data(),
                                    floats[0].size() * sizeof(float)))
               << name << " size " << size << " count " << count << ": rank " << r << " differs from rank 0";
