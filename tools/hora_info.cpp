@@ -11,9 +11,6 @@
 #include "core/collectives/algorithms.h"
 #include "hora_config.h"
 #include "hora_info_config.h"  // the Python package and the torch backend, as configured
-#if HORA_HAVE_UCX
-#include "backends/ucx/ucx_backend.h"
-#endif
 #if HORA_HAVE_NCCL
 #include "backends/nccl/nccl_device.h"  // no CUDA headers: facades
 #include "backends/nccl/nccl_kernels.h"
@@ -141,10 +138,9 @@ int main(int argc, char **argv) {
               (p.note.empty() ? "" : " (" + p.note + ")") + (p.built ? " yes" : " no");
   }
   std::printf("  cpu backends: %s\n", planes.c_str());
-#if HORA_HAVE_UCX
-  std::printf("                %s\n", hora::ucxDescription().c_str());
-  std::printf("                (HORA_LOG_LEVEL=info: each rank logs the transport UCX chose per peer)\n");
-#endif
+  for (const hora::PlaneInfo &p : hora::cpuPlanes()) {
+    if (p.built && p.describe != nullptr) std::printf("                %s\n", p.describe().c_str());
+  }
 #if HORA_HAVE_NCCL
   const int gpus = hora::nccl_device::deviceCount();
   std::printf("  gpu backends: nccl yes; %d CUDA device%s visible%s%s\n",
@@ -183,9 +179,13 @@ int main(int argc, char **argv) {
                                                "size a model measured as the set forms gives (shared memory "
                                                "inside each host, the plane across); below, the plane's own");
   std::printf("  (HORA_LOG_LEVEL=info logs each set's choice; a timeline's operations carry \"algorithm\")\n\n");
-  // The Gloo and UCX planes' algorithm tables, in the order their size rules are tried.
-  std::printf("algorithms of the gloo and ucx planes (first whose rule holds; HORA_ALGORITHM=%s):\n",
-              current.algorithm.empty() ? "unset" : current.algorithm.c_str());
+  // The algorithm tables of the planes that are links, in the order their size rules are tried.
+  std::string links;
+  for (const hora::PlaneInfo &p : hora::cpuPlanes()) {
+    if (p.link) links += (links.empty() ? "" : " and ") + p.name;
+  }
+  std::printf("algorithms of the %s planes (first whose rule holds; HORA_ALGORITHM=%s):\n",
+              links.c_str(), current.algorithm.empty() ? "unset" : current.algorithm.c_str());
   for (size_t c = 0; c < hora::collectives::kNumCollectives; ++c) {
     const auto collective = static_cast<hora::collectives::Collective>(c);
     std::printf("  %s\n", hora::collectives::collectiveName(collective));

@@ -15,7 +15,6 @@
 #include "core/forming.h"
 #include "hora_config.h"
 #if HORA_HAVE_GLOO
-#include "backends/gloo/gloo_backend.h"
 #include "bootstrap/env/gloo_group.h"
 #endif
 #include "backends/nccl/nccl_plan.h"
@@ -23,15 +22,35 @@
 #include "backends/nccl/nccl_device.h"
 #include "backends/nccl/nccl_executor.h"
 #endif
-#if HORA_HAVE_UCX
-#include "backends/ucx/ucx_backend.h"
-#endif
 #if HORA_HAVE_MPI
-#include "backends/mpi/mpi_backend.h"
 #include "bootstrap/mpi/mpi_bootstrap.h"
 #endif
 
 namespace hora {
+
+// Each plane's factory, defined in its folder (lib/backends/<plane>/) and declared here, beside
+// its one caller, the plane's row below: a plane has no header of its own. A factory whose
+// parameters differ from its declaration fails to link.
+#if HORA_HAVE_UCX
+// Collective over `group`. Throws Error(HORA_ERR_BACKEND) when UCX cannot start or connect. From
+// `knobs`: HORA_TIMEOUT_S, the HORA_UCX_* tuning, and HORA_HIERARCHICAL (unless it is off, the
+// link is topology-aware: small allreduces gather to one rank per host first, large ones with
+// the same number of ranks on every host run a ring inside each host around the ring across).
+std::unique_ptr<Backend> createUcxBackend(Group &group, const Knobs &knobs);
+// UCX's version and the transports this machine offers it.
+std::string ucxDescription();
+#endif
+#if HORA_HAVE_MPI
+// Over `comm` (the bootstrap's data communicator); waits for peers up to HORA_TIMEOUT_S.
+std::unique_ptr<Backend> createMpiBackend(MPI_Comm comm, const Knobs &knobs);
+#endif
+#if HORA_HAVE_GLOO
+// On a GlooGroup, shares its mesh. On any other group (MPI), builds a mesh of its own: set rank 0
+// serves a TCP store whose address and a fresh token travel over the group's control plane.
+// Waits for peers up to HORA_TIMEOUT_S.
+std::unique_ptr<Backend> createGlooBackend(Group &group, const Knobs &knobs);
+#endif
+
 namespace {
 
 // The one list of CPU planes: a plane's name is spelt here and nowhere else (HORA_CPU_BACKEND's
@@ -41,14 +60,16 @@ struct Candidate {
   bool built;
   bool byName;  // HORA_CPU_BACKEND may name it
   const char *note;
+  bool link;  // PlaneInfo::link
   // Returns the backend, or nullptr with *why set.
   std::function<std::unique_ptr<Backend>(const Knobs &, Bootstrap &, Group &, std::string *why)> make;
+  std::string (*describe)() = nullptr;  // PlaneInfo::describe
 };
 
 // A plane this build lacks: tried (and refused, saying why) like any other. Unused in a build
 // that has every plane.
 [[maybe_unused]] Candidate notBuilt(const char *name, const char *why) {
-  return {name, false, true, "",
+  return {name, false, true, "", false,
           [why](const Knobs &, Bootstrap &, Group &, std::string *out) -> std::unique_ptr<Backend> {
             *out = why;
             return nullptr;
@@ -60,7 +81,7 @@ const std::vector<Candidate> &candidates() {
 #if HORA_HAVE_UCX
       // By default for worlds that span hosts, whoever formed them (under mpirun too: across
       // hosts it was faster than Open MPI's own TCP transport, docs/ucx.md); anywhere when asked.
-      {"ucx", true, true, "",
+      {"ucx", true, true, "", /*link=*/true,
        [](const Knobs &knobs, Bootstrap &b, Group &g, std::string *why) -> std::unique_ptr<Backend> {
          if (knobs.cpuBackend != "ucx") {  // auto
            if (b.topology().localSize == b.topology().size) {
@@ -78,12 +99,13 @@ const std::vector<Candidate> &candidates() {
            HORA_LOG(kWarning) << "UCX plane unavailable, using the next: " << e.what();
            return nullptr;
          }
-       }},
+       },
+       ucxDescription},
 #else
       notBuilt("ucx", "this build has no UCX (meson option ucx; Debian package libucx-dev)"),
 #endif
 #if HORA_HAVE_MPI
-      {"mpi", true, true, "",
+      {"mpi", true, true, "", /*link=*/false,
        [](const Knobs &knobs, Bootstrap &, Group &g, std::string *why) -> std::unique_ptr<Backend> {
          auto *mpi = dynamic_cast<MpiGroup *>(&g);
          if (mpi == nullptr) {
@@ -96,7 +118,7 @@ const std::vector<Candidate> &candidates() {
       notBuilt("mpi", "this build has no MPI (meson option mpi; Debian package libopenmpi-dev)"),
 #endif
 #if HORA_HAVE_GLOO
-      {"gloo", true, true, "",
+      {"gloo", true, true, "", /*link=*/true,
        [](const Knobs &knobs, Bootstrap &, Group &g, std::string *why) -> std::unique_ptr<Backend> {
          if (dynamic_cast<GlooGroup *>(&g) == nullptr && knobs.cpuBackend != "gloo") {
            *why = "the world was formed by MPI (HORA_CPU_BACKEND=gloo selects Gloo anyway)";
@@ -107,7 +129,7 @@ const std::vector<Candidate> &candidates() {
 #else
       notBuilt("gloo", "this build has no Gloo (meson option gloo; Debian package libgloo-dev)"),
 #endif
-      {"self", true, false, "world of one",
+      {"self", true, false, "world of one", /*link=*/false,
        [](const Knobs &, Bootstrap &, Group &g, std::string *why) -> std::unique_ptr<Backend> {
          if (g.size() != 1) {
            *why = "only serves a world of one";
@@ -167,7 +189,9 @@ std::unique_ptr<Backend> createPlane(const Knobs &knobs, Bootstrap &bootstrap, G
 
 std::vector<PlaneInfo> cpuPlanes() {
   std::vector<PlaneInfo> planes;
-  for (const Candidate &c : candidates()) planes.push_back({c.name, c.built, c.byName, c.note});
+  for (const Candidate &c : candidates()) {
+    planes.push_back({c.name, c.built, c.byName, c.note, c.link, c.describe});
+  }
   return planes;
 }
 

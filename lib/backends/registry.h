@@ -20,6 +20,10 @@ struct PlaneInfo {
   bool built = false;   // this build has it
   bool byName = false;  // HORA_CPU_BACKEND may name it ("self" serves a world of one by itself)
   std::string note;     // for hora-info: "world of one"; "" for most
+  bool link = false;    // a Link: its collectives are core's algorithm tables (HORA_ALGORITHM)
+  // For hora-info: the plane's library version and the transports this machine offers it (may
+  // start the library, so only asked for); null for most.
+  std::string (*describe)() = nullptr;
 };
 // Every plane the registry knows, in the order `auto` tries them.
 std::vector<PlaneInfo> cpuPlanes();

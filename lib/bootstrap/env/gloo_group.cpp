@@ -279,9 +279,6 @@ void authenticateGlooPairs(const std::shared_ptr<gloo::Context> &context, const 
   }
 }
 
-namespace {
-}  // namespace
-
 void throwGlooError(const char *what, int rank, const std::exception &e, const char *file,
                     int line) {
   const std::string text = e.what();
