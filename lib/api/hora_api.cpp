@@ -9,12 +9,14 @@
 #include <cstdint>
 #include <cstring>
 #include <new>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "api/runtime.h"
 #include "base/error.h"
 #include "core/engine.h"
+#include "core/op_table.h"
 #include "core/refusals.h"
 
 namespace hora {
@@ -728,21 +730,22 @@ hora_status_t hora_reject(const char *op, const char *name, int32_t process_set,
   return guarded([&] {
     auto engine = requireEngine("hora_reject");
     if (op == nullptr) HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "hora_reject: op is NULL");
-    // The names the ops' own error messages use; a grouped allreduce negotiates as an allreduce.
-    static const std::pair<const char *, OpType> kOps[] = {
-        {"allreduce", OpType::kAllreduce},         {"grouped_allreduce", OpType::kAllreduce},
-        {"allgather", OpType::kAllgather},         {"broadcast", OpType::kBroadcast},
-        {"alltoall", OpType::kAlltoall},           {"reducescatter", OpType::kReducescatter},
-    };
-    const auto found = std::find_if(std::begin(kOps), std::end(kOps),
-                                    [op](const auto &o) { return std::strcmp(o.first, op) == 0; });
-    if (found == std::end(kOps)) {
-      HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "hora_reject: op '",
-                 std::string(op, strnlen(op, 64)),
-                 "' is not one of allreduce, grouped_allreduce, allgather, broadcast, alltoall, "
-                 "reducescatter");
+    // The names the ops' own error messages use: the op table's, of the ops with tensors; a
+    // grouped allreduce negotiates as an allreduce.
+    std::optional<OpType> found;
+    std::string names;
+    for (int i = 0; i < kNumOpTypes; ++i) {
+      const OpSpec &spec = opSpec(static_cast<OpType>(i));
+      if (!spec.carriesTensors) continue;
+      names += detail::concat(names.empty() ? "" : ", ", spec.name);
+      if (std::strcmp(spec.name, op) == 0) found = spec.op;
     }
-    OpCall call = makeCall(*engine, found->second,
+    if (std::strcmp(op, "grouped_allreduce") == 0) found = OpType::kAllreduce;
+    if (!found) {
+      HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "hora_reject: op '", std::string(op, strnlen(op, 64)),
+                 "' is not one of ", names, ", grouped_allreduce");
+    }
+    OpCall call = makeCall(*engine, *found,
                          name != nullptr && name[0] == '\0' ? nullptr : name, process_set);
     enqueueTombstone(*engine, call, reason != nullptr ? reason : "");
   });

@@ -61,7 +61,8 @@ struct BackendCaps {
   bool reduces(DType t) const { return (reduceDtypes >> static_cast<unsigned>(t)) & 1u; }
 };
 
-// The five collectives on tensors, as BackendCaps::collectives bits.
+// The five backend calls that move tensors (OpSpec::backendCall), as BackendCaps::collectives
+// bits.
 constexpr uint32_t kAllDataCollectives =
     (1u << static_cast<unsigned>(OpType::kAllreduce)) | (1u << static_cast<unsigned>(OpType::kBroadcast)) |
     (1u << static_cast<unsigned>(OpType::kAllgather)) | (1u << static_cast<unsigned>(OpType::kAlltoall)) |

@@ -36,26 +36,26 @@ void gpuReducescatter(const OpRun &r) {
   r.device->reducescatter(r.requests, r.members, r.contributors);
 }
 
-// Fields left out are false / null / kNone / kNever.
+// Fields left out are false / null / kNone / kNever / none.
 constexpr OpSpec kOps[] = {
     {.op = OpType::kAllreduce, .name = "allreduce", .timelineName = "ALLREDUCE",
      .reduces = true, .carriesTensors = true, .cacheable = true, .fusion = Fu::kAlways,
-     .onBackend = true, .runCpu = cpuAllreduce, .runDevice = gpuAllreduce},
+     .runCpu = cpuAllreduce, .runDevice = gpuAllreduce, .backendCall = OpType::kAllreduce},
     {.op = OpType::kBroadcast, .name = "broadcast", .timelineName = "BROADCAST",
      .rooted = true, .refusedWhileJoined = true, .carriesTensors = true, .cacheable = true,
-     .onBackend = true, .runCpu = cpuBroadcast, .runDevice = gpuBroadcast},
+     .runCpu = cpuBroadcast, .runDevice = gpuBroadcast, .backendCall = OpType::kBroadcast},
     {.op = OpType::kAllgather, .name = "allgather", .timelineName = "ALLGATHER",
      .firstDimFree = true, .refusedWhileJoined = true, .firstDims = FD::kRows,
-     .carriesTensors = true, .cacheable = true, .fusion = Fu::kSingleTensor, .onBackend = true,
-     .runCpu = cpuAllgather, .runDevice = gpuAllgather},
+     .carriesTensors = true, .cacheable = true, .fusion = Fu::kSingleTensor,
+     .runCpu = cpuAllgather, .runDevice = gpuAllgather, .backendCall = OpType::kAllgather},
     {.op = OpType::kAlltoall, .name = "alltoall", .timelineName = "ALLTOALL",
      .firstDimFree = true, .refusedWhileJoined = true, .firstDims = FD::kSendSplits,
-     .carriesTensors = true, .cacheable = true, .onBackend = true, .runCpu = cpuAlltoall,
-     .runDevice = gpuAlltoall},
+     .carriesTensors = true, .cacheable = true,
+     .runCpu = cpuAlltoall, .runDevice = gpuAlltoall, .backendCall = OpType::kAlltoall},
     {.op = OpType::kReducescatter, .name = "reducescatter", .timelineName = "REDUCESCATTER",
      .reduces = true, .refusedWhileJoined = true, .carriesTensors = true, .cacheable = true,
-     .fusion = Fu::kSingleTensor, .onBackend = true, .runCpu = cpuReducescatter,
-     .runDevice = gpuReducescatter},
+     .fusion = Fu::kSingleTensor, .runCpu = cpuReducescatter, .runDevice = gpuReducescatter,
+     .backendCall = OpType::kReducescatter},
     {.op = OpType::kBarrier, .name = "barrier", .timelineName = "BARRIER",
      .runCpu = cpuNothing},
     {.op = OpType::kJoin, .name = "join", .timelineName = "JOIN",

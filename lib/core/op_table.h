@@ -5,6 +5,7 @@
 // (and an OpType value, a C entry point, and its backend implementations).
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "core/types.h"
@@ -55,11 +56,14 @@ struct OpSpec {
   bool carriesTensors = false;  // has tensors (a joined rank's stand-in gets zeroed scratch ones)
   bool cacheable = false;       // a response the response cache may replay by bit
   Fusion fusion = Fusion::kNever;  // with which others of its kind it may share a backend call
-  bool onBackend = false;  // moves data on the set's backend, which must list it in its caps
 
   // Execution in the set's cycle; runDevice is null for an op that has no device form.
   void (*runCpu)(const OpRun &run) = nullptr;
   void (*runDevice)(const OpRun &run) = nullptr;
+  // The backend call that moves its data, which the set's backend must list in its caps
+  // (BackendCaps::runs): its own for the five collectives; an op carried by another's call (a
+  // reduce to a root run as an allreduce) names that one. None for the ops that move no tensor.
+  std::optional<OpType> backendCall = std::nullopt;
 };
 
 // The entry for `op` (a valid OpType).

@@ -447,7 +447,7 @@ SetEngine::GroupRun SetEngine::resolve(const FusionGroup &group,
 
 void SetEngine::runOnCpu(const Response &first, const GroupRun &run) {
   const OpSpec &spec = opSpec(first.agreed.op);
-  if (spec.onBackend && !parts_.backend->caps().runs(first.agreed.op)) {
+  if (spec.backendCall && !parts_.backend->caps().runs(*spec.backendCall)) {
     HORA_THROW(HORA_ERR_UNSUPPORTED, spec.name, " '", first.agreed.name, "': backend ",
                backendName_, " of process set ", id_, " does not run it");
   }

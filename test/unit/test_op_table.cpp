@@ -38,17 +38,28 @@ TEST(OpTable, OneRowPerOpTypeUnderItsOwnName) {
   EXPECT_THROW(opSpec(static_cast<OpType>(kNumOpTypes)), Error);
 }
 
-TEST(OpTable, TheFiveCollectivesAreTheOnesOnTheBackendAndOnTheDevice) {
-  uint32_t onBackend = 0;
+TEST(OpTable, TheOpsWithTensorsRunOnTheBackendsCallsAndOnTheDevice) {
+  uint32_t calls = 0;
   for (int i = 0; i < kNumOpTypes; ++i) {
     const OpSpec &spec = opSpec(static_cast<OpType>(i));
-    if (spec.onBackend) onBackend |= 1u << i;
+    const bool onBackend = spec.backendCall.has_value();
     // Exactly the ops with tensors move data, can be cached, and have a device form.
-    EXPECT_EQ(spec.onBackend, spec.carriesTensors) << spec.name;
-    EXPECT_EQ(spec.onBackend, spec.cacheable) << spec.name;
-    EXPECT_EQ(spec.onBackend, spec.runDevice != nullptr) << spec.name;
+    EXPECT_EQ(onBackend, spec.carriesTensors) << spec.name;
+    EXPECT_EQ(onBackend, spec.cacheable) << spec.name;
+    EXPECT_EQ(onBackend, spec.runDevice != nullptr) << spec.name;
+    if (onBackend) {
+      // A call every plane offers (BackendCaps::plain), so no plane refuses the op.
+      const uint32_t bit = 1u << static_cast<unsigned>(*spec.backendCall);
+      EXPECT_NE(bit & kAllDataCollectives, 0u) << spec.name;
+      calls |= bit;
+    }
   }
-  EXPECT_EQ(onBackend, kAllDataCollectives);
+  // The five collectives each run on their own call: every call is some op's.
+  for (OpType op : {OpType::kAllreduce, OpType::kBroadcast, OpType::kAllgather, OpType::kAlltoall,
+                    OpType::kReducescatter}) {
+    EXPECT_EQ(opSpec(op).backendCall, op) << opTypeName(op);
+  }
+  EXPECT_EQ(calls, kAllDataCollectives);
 }
 
 TEST(OpTable, RowsSayWhatRanksMustAgreeOn) {
