@@ -112,8 +112,8 @@ class Backend {
   // Any thread (a set's abort): as Group::interrupt, for the backend's own channels. A backend
   // that wraps another forwards it. Default: nothing (the waits end at their deadline).
   virtual void interrupt(const Status &why) { (void)why; }
-  // How the last collective ran, where the backend chooses among algorithms ("hierarchical",
-  // "flat"): static text for the timeline, or nullptr.
+  // How the last collective ran, where the backend chooses among algorithms ("ring",
+  // "hierarchical", "mpi_library"): static text for the timeline, or nullptr.
   virtual const char *lastAlgorithm() const { return nullptr; }
   // root's bytes replace everyone else's.
   virtual void broadcast(void *buf, int64_t bytes, int root) = 0;

@@ -132,14 +132,12 @@ class HierBackend final : public WrappingBackend {
   // the vector; every rank sees the same count, so all choose alike.
   void allreduce(const void *in, void *out, int64_t count, DType dtype, ReduceOp op) override {
     if (!always_ && count * static_cast<int64_t>(dtypeSize(dtype)) < threshold_) {
-      last_ = "flat";
-      inner().allreduce(in, out, count, dtype, op);
+      WrappingBackend::allreduce(in, out, count, dtype, op);  // the plane's own algorithm
       return;
     }
-    last_ = "hierarchical";
+    ranHere("hierarchical");
     allreduce_.run({{in, out, count}}, dtype, op, 1.0, 1.0);
   }
-  const char *lastAlgorithm() const override { return last_; }
 
   // HORA_HIERARCHICAL=auto: from how many bytes a collective goes hierarchical. Each path's time
   // is modelled as a + b x bytes, both measured here on this set (after a warm-up, the median
@@ -214,11 +212,10 @@ class HierBackend final : public WrappingBackend {
   // buffer crosses into each host once.
   void broadcast(void *buf, int64_t bytes, int root) override {
     if (!always_ && bytes < threshold_) {
-      last_ = "flat";
-      inner().broadcast(buf, bytes, root);
+      WrappingBackend::broadcast(buf, bytes, root);
       return;
     }
-    last_ = "hierarchical";
+    ranHere("hierarchical");
     const int myHost = layout_.host[static_cast<size_t>(rank_)];
     const int rootHost = layout_.host[static_cast<size_t>(root)];
     if (myHost == rootHost) localPlane_->broadcast(buf, bytes, layout_.localIndex[static_cast<size_t>(root)]);
@@ -233,11 +230,10 @@ class HierBackend final : public WrappingBackend {
     int64_t total = 0;
     for (int64_t b : bytesPerRank) total += b;
     if (!always_ && total < threshold_) {
-      last_ = "flat";
-      inner().allgatherv(in, out, bytesPerRank);
+      WrappingBackend::allgatherv(in, out, bytesPerRank);
       return;
     }
-    last_ = "hierarchical";
+    ranHere("hierarchical");
     const int myHost = layout_.host[static_cast<size_t>(rank_)];
     std::vector<int64_t> localBytes, hostBytes(hostRanks_.size(), 0);
     for (int r : hostRanks_[static_cast<size_t>(myHost)]) localBytes.push_back(bytesPerRank[static_cast<size_t>(r)]);
@@ -263,16 +259,6 @@ class HierBackend final : public WrappingBackend {
       }
     }
   }
-  void alltoallv(const void *in, const std::vector<int64_t> &sendBytes, void *out,
-                 const std::vector<int64_t> &recvBytes) override {
-    last_ = "flat";
-    inner().alltoallv(in, sendBytes, out, recvBytes);
-  }
-  void reducescatter(const void *in, void *out, const std::vector<int64_t> &counts, DType dtype,
-                     ReduceOp op) override {
-    last_ = "flat";
-    inner().reducescatter(in, out, counts, dtype, op);
-  }
 
  private:
   std::unique_ptr<Group> local_;
@@ -288,7 +274,6 @@ class HierBackend final : public WrappingBackend {
   const bool always_;  // HORA_HIERARCHICAL=on
   BackendCaps caps_;
   std::string name_;
-  const char *last_ = nullptr;  // lastAlgorithm()
   int64_t threshold_ = kNever;  // HORA_HIERARCHICAL=auto: from calibrate()
 };
 

@@ -1,17 +1,23 @@
 // SPDX-License-Identifier: Apache-2.0
-// MPI backend: collectives on a private communicator, in chunks that fit MPI's int counts.
-// Negotiation has already established that every rank makes this call now, but a rank can still
-// be stopped or die in it, so each is non-blocking and waited for with a deadline (HORA_TIMEOUT_S),
-// polling without sleeping as a blocking call would.
+// The MPI plane: MPI's own collectives where they serve well (small allreduces, broadcast,
+// allgather, alltoall and reducescatter within MPI's int counts), and core's algorithm tables over
+// MPI's point-to-point messages (MpiLink) where they do not: allreduces from 16 KiB, and any call
+// past MPI's int counts. Negotiation has already established that every rank makes this call now,
+// but a rank can still be stopped or die in it, so each call is non-blocking and waited for with
+// a deadline (HORA_TIMEOUT_S), polling without sleeping as a blocking call would.
 // Its factory is declared, and documented, beside the registry's row that calls it (registry.cpp).
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <memory>
+#include <unordered_map>
 
 #include "base/knobs.h"
 #include "bootstrap/mpi/mpi_bootstrap.h"
 #include "core/backend.h"
+#include "core/collectives/link_backend.h"
 #include "core/kernels.h"
+#include "core/link.h"
 
 namespace hora {
 namespace {
@@ -69,9 +75,88 @@ MPI_Op mpiOp(ReduceOp op, DType dtype) {
   HORA_THROW(HORA_ERR_INTERNAL, "the MPI backend was given ", reduceOpName(op));
 }
 
-class MpiBackend final : public Backend {
+// MPI's point-to-point messages as a Link, on the plane's communicator. One tag: MPI delivers
+// the messages of one (source, tag, communicator) in the order they were posted, which is
+// Link's matching rule. A message past MPI's int counts travels as several, which both ends cut
+// alike (both know its length).
+class MpiLink final : public Link {
  public:
-  MpiBackend(MPI_Comm comm, double timeoutS) : comm_(comm), timeoutS_(timeoutS) {
+  MpiLink(MPI_Comm comm, double timeoutS) : comm_(comm), timeoutS_(timeoutS) {
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    // A ring's chunk: large enough that MPI's per-message cost is small beside its copy, small
+    // enough that the reduction of one chunk overlaps the arrival of the next.
+    tuning_.chunkBytes = 256 << 10;
+    tuning_.concurrentPeers = true;
+  }
+
+  const char *name() const override { return "mpi"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const LinkTuning &tuning() const override { return tuning_; }
+
+  Ticket postSend(int peer, const void *data, size_t bytes) override {
+    return post(peer, const_cast<void *>(data), bytes, /*send=*/true);
+  }
+  Ticket postRecv(int peer, void *data, size_t bytes) override {
+    return post(peer, data, bytes, /*send=*/false);
+  }
+  // waitMpi's deadline and broken-plane rules: a timeout or a lost peer breaks the MPI plane of
+  // this process, which then makes no MPI call again, so no dropped transfer can move after.
+  void wait(Ticket ticket) override {
+    auto it = pending_.find(ticket);
+    if (it == pending_.end()) return;
+    waitMpi(it->second.data(), static_cast<int>(it->second.size()), timeoutS_, "mpi transfer",
+            nullptr, MpiWait::kBusy);
+    pending_.erase(it);
+  }
+  void drop(Ticket ticket) override {
+    auto it = pending_.find(ticket);
+    if (it == pending_.end()) return;
+    // MPI cannot take back a posted send. The collective failed (a timeout, a lost peer, the
+    // set's abort), and the engine then poisons the group, which breaks the MPI plane of this
+    // process: no MPI call follows that could move the transfer (MpiCommGroup::poison).
+    pending_.erase(it);
+  }
+  // MPI's waits check the process's MPI interrupt and fault notices themselves (waitMpi).
+  void interrupt(const Status &) override {}
+
+ private:
+  static constexpr size_t kPiece = size_t{1} << 30;  // bytes per MPI message
+
+  Ticket post(int peer, void *data, size_t bytes, bool send) {
+    std::vector<MPI_Request> &requests = pending_[next_];
+    for (size_t off = 0; off == 0 || off < bytes; off += kPiece) {
+      const int n = static_cast<int>(std::min(kPiece, bytes - off));
+      char *at = static_cast<char *>(data) + off;
+      MPI_Request r;
+      if (send) {
+        HORA_CHECK_MPI(MPI_Isend(at, n, MPI_BYTE, peer, kTag, comm_, &r));
+      } else {
+        HORA_CHECK_MPI(MPI_Irecv(at, n, MPI_BYTE, peer, kTag, comm_, &r));
+      }
+      requests.push_back(r);
+    }
+    return next_++;
+  }
+
+  static constexpr int kTag = 1;
+  MPI_Comm comm_;
+  double timeoutS_;
+  int rank_ = 0, size_ = 1;
+  LinkTuning tuning_;
+  std::unordered_map<Ticket, std::vector<MPI_Request>> pending_;
+  Ticket next_ = 1;
+};
+
+class MpiBackend final : public LinkBackend {
+ public:
+  MpiBackend(MPI_Comm comm, const Knobs &knobs)
+      // MPI's own transport: no socket of hora's in a cycle (SIGPIPE cannot reach the engine).
+      : LinkBackend(std::make_shared<MpiLink>(comm, knobs.timeoutS),
+                    BackendCaps::plain(/*usesSockets=*/false, BackendCaps::Scope::kAnyHost), knobs,
+                    /*negotiates=*/false),
+        comm_(comm), timeoutS_(knobs.timeoutS) {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
     HORA_CHECK_MPI(MPI_Op_create(&wrappingOp<ReduceOp::kSum>, /*commute=*/1, &wrappingSum_));
@@ -86,26 +171,19 @@ class MpiBackend final : public Backend {
   }
   MpiBackend(const MpiBackend &) = delete;
   MpiBackend &operator=(const MpiBackend &) = delete;
-  const char *name() const override { return "mpi"; }
-  // MPI's own transport: no socket of hora's in a cycle (SIGPIPE cannot reach the engine).
-  const BackendCaps &caps() const override {
-    static const BackendCaps kCaps =
-        BackendCaps::plain(/*usesSockets=*/false, BackendCaps::Scope::kAnyHost);
-    return kCaps;
-  }
 
   void allreduce(const void *in, void *out, int64_t count, DType dtype, ReduceOp op) override {
     throwIfMpiBroken();
+    const size_t esize = dtypeSize(dtype);
+    if (size_ > 1 && count * static_cast<int64_t>(esize) >= kTablesFromBytes) {
+      LinkBackend::allreduce(in, out, count, dtype, op);
+      return;
+    }
     const MPI_Datatype type = mpiType(dtype);
     const MPI_Op mop = opFor(op, dtype);
     if (dtype == DType::kBool) {  // max and min keep 0/1 inputs 0/1; a 2 would stay a 2
       normalizeBools(out, in, count);
       in = out;
-    }
-    const size_t esize = dtypeSize(dtype);
-    if (size_ > 1 && count * static_cast<int64_t>(esize) >= kRingMinBytes) {
-      ringAllreduce(in, out, count, dtype, op);
-      return;
     }
     for (int64_t off = 0; off < count; off += kMaxChunk) {
       const int n = static_cast<int>(std::min(kMaxChunk, count - off));
@@ -115,6 +193,7 @@ class MpiBackend final : public Backend {
       HORA_CHECK_MPI(MPI_Iallreduce(i, o, n, type, mop, comm_, &req));
       wait(&req, 1, "allreduce");
     }
+    ranOwn(kLibrary);
   }
 
   void broadcast(void *buf, int64_t bytes, int root) override {
@@ -125,159 +204,76 @@ class MpiBackend final : public Backend {
       HORA_CHECK_MPI(MPI_Ibcast(static_cast<char *>(buf) + off, n, MPI_BYTE, root, comm_, &req));
       wait(&req, 1, "broadcast");
     }
+    ranOwn(kLibrary);
   }
 
   void allgatherv(const void *in, void *out, const std::vector<int64_t> &bytesPerRank) override {
     throwIfMpiBroken();
     std::vector<int> counts, displs;
-    const bool fits = toIntCounts(bytesPerRank, &counts, &displs);
-    char *o = static_cast<char *>(out);
-    if (fits) {
-      // Send from the output slot so the input may alias nothing in particular.
-      const int64_t mine = bytesPerRank[static_cast<size_t>(rank_)];
-      char *slot = o + displs[static_cast<size_t>(rank_)];
-      if (mine > 0 && slot != in) std::memmove(slot, in, static_cast<size_t>(mine));
-      MPI_Request req;
-      HORA_CHECK_MPI(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_BYTE, o, counts.data(), displs.data(),
-                                     MPI_BYTE, comm_, &req));
-      wait(&req, 1, "allgather");
+    if (!toIntCounts(bytesPerRank, &counts, &displs)) {
+      LinkBackend::allgatherv(in, out, bytesPerRank);
       return;
     }
-    // Past MPI's int counts: each rank broadcasts its block in chunks.
-    int64_t off = 0;
-    for (int r = 0; r < size_; ++r) {
-      const int64_t n = bytesPerRank[static_cast<size_t>(r)];
-      if (r == rank_ && n > 0 && o + off != in) std::memmove(o + off, in, static_cast<size_t>(n));
-      broadcast(o + off, n, r);
-      off += n;
-    }
+    // Send from the output slot so the input may alias nothing in particular.
+    char *o = static_cast<char *>(out);
+    const int64_t mine = bytesPerRank[static_cast<size_t>(rank_)];
+    char *slot = o + displs[static_cast<size_t>(rank_)];
+    if (mine > 0 && slot != in) std::memmove(slot, in, static_cast<size_t>(mine));
+    MPI_Request req;
+    HORA_CHECK_MPI(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_BYTE, o, counts.data(), displs.data(),
+                                   MPI_BYTE, comm_, &req));
+    wait(&req, 1, "allgather");
+    ranOwn(kLibrary);
   }
 
   void alltoallv(const void *in, const std::vector<int64_t> &sendBytes, void *out,
                  const std::vector<int64_t> &recvBytes) override {
     throwIfMpiBroken();
     std::vector<int> sc, sd, rc, rd;
-    const bool fits = toIntCounts(sendBytes, &sc, &sd) && toIntCounts(recvBytes, &rc, &rd);
-    if (fits) {
-      MPI_Request req;
-      HORA_CHECK_MPI(MPI_Ialltoallv(in, sc.data(), sd.data(), MPI_BYTE, out, rc.data(), rd.data(),
-                                    MPI_BYTE, comm_, &req));
-      wait(&req, 1, "alltoall");
+    if (!toIntCounts(sendBytes, &sc, &sd) || !toIntCounts(recvBytes, &rc, &rd)) {
+      LinkBackend::alltoallv(in, sendBytes, out, recvBytes);
       return;
     }
-    // Past MPI's int counts: pairwise exchanges in chunks, rank by rank offset so every step
-    // pairs each rank with exactly one sender and one receiver.
-    const auto *src = static_cast<const char *>(in);
-    auto *dst = static_cast<char *>(out);
-    std::vector<int64_t> sOff(static_cast<size_t>(size_), 0), rOff(static_cast<size_t>(size_), 0);
-    for (int r = 1; r < size_; ++r) {
-      sOff[static_cast<size_t>(r)] = sOff[static_cast<size_t>(r - 1)] + sendBytes[static_cast<size_t>(r - 1)];
-      rOff[static_cast<size_t>(r)] = rOff[static_cast<size_t>(r - 1)] + recvBytes[static_cast<size_t>(r - 1)];
-    }
-    for (int step = 0; step < size_; ++step) {
-      const int to = (rank_ + step) % size_;
-      const int from = (rank_ - step + size_) % size_;
-      const int64_t sn = sendBytes[static_cast<size_t>(to)], rn = recvBytes[static_cast<size_t>(from)];
-      for (int64_t off = 0; off < std::max(sn, rn); off += kMaxChunk) {
-        const int s = static_cast<int>(std::max<int64_t>(0, std::min(kMaxChunk, sn - off)));
-        const int r = static_cast<int>(std::max<int64_t>(0, std::min(kMaxChunk, rn - off)));
-        MPI_Request reqs[2];
-        HORA_CHECK_MPI(MPI_Irecv(dst + rOff[static_cast<size_t>(from)] + std::min(off, rn), r,
-                                 MPI_BYTE, from, 0, comm_, &reqs[0]));
-        HORA_CHECK_MPI(MPI_Isend(src + sOff[static_cast<size_t>(to)] + std::min(off, sn), s,
-                                 MPI_BYTE, to, 0, comm_, &reqs[1]));
-        wait(reqs, 2, "alltoall");
-      }
-    }
+    MPI_Request req;
+    HORA_CHECK_MPI(MPI_Ialltoallv(in, sc.data(), sd.data(), MPI_BYTE, out, rc.data(), rd.data(),
+                                  MPI_BYTE, comm_, &req));
+    wait(&req, 1, "alltoall");
+    ranOwn(kLibrary);
   }
 
   void reducescatter(const void *in, void *out, const std::vector<int64_t> &counts, DType dtype,
                      ReduceOp op) override {
     throwIfMpiBroken();
-    const MPI_Datatype type = mpiType(dtype);
-    const MPI_Op mop = opFor(op, dtype);
+    std::vector<int> c, d;
+    if (!toIntCounts(counts, &c, &d)) {
+      LinkBackend::reducescatter(in, out, counts, dtype, op);
+      return;
+    }
     if (dtype == DType::kBool) {  // as in allreduce: 0/1 inputs, in a copy (in is the caller's)
       int64_t total = 0;
-      for (int64_t c : counts) total += c;
+      for (int64_t n : counts) total += n;
       bools_.resize(static_cast<size_t>(total));
       normalizeBools(bools_.data(), in, total);
       in = bools_.data();
     }
-    std::vector<int> c, d;
-    if (toIntCounts(counts, &c, &d)) {
-      MPI_Request req;
-      HORA_CHECK_MPI(MPI_Ireduce_scatter(in, out, c.data(), type, mop, comm_, &req));
-      wait(&req, 1, "reducescatter");
-      return;
-    }
-    // Past MPI's int counts: one chunked reduce to each block's owner.
-    const int64_t esize = static_cast<int64_t>(dtypeSize(dtype));
-    int64_t base = 0;
-    for (int r = 0; r < size_; ++r) {
-      const int64_t n = counts[static_cast<size_t>(r)];
-      for (int64_t off = 0; off < n; off += kMaxChunk) {
-        const int k = static_cast<int>(std::min(kMaxChunk, n - off));
-        const char *src = static_cast<const char *>(in) + (base + off) * esize;
-        char *dst = static_cast<char *>(out) + off * esize;
-        MPI_Request req;
-        HORA_CHECK_MPI(MPI_Ireduce(src, r == rank_ ? dst : nullptr, k, type, mop, r, comm_, &req));
-        wait(&req, 1, "reducescatter");
-      }
-      base += n;
-    }
+    MPI_Request req;
+    HORA_CHECK_MPI(MPI_Ireduce_scatter(in, out, c.data(), mpiType(dtype), opFor(op, dtype), comm_, &req));
+    wait(&req, 1, "reducescatter");
+    ranOwn(kLibrary);
   }
 
  private:
+  // What the timeline's "algorithm" says of a call MPI's library ran.
+  static constexpr const char *kLibrary = "mpi_library";
+  // Open MPI's non-blocking allreduce (libnbc) takes about twice as long as its blocking one for
+  // large buffers (2 ranks, 16 MiB: 10.3 ms against 4.5 ms), so from this size on the allreduce
+  // table runs over MPI's point-to-point messages instead (its ring from here up).
+  static constexpr int64_t kTablesFromBytes = 16 * 1024;
+
   MPI_Op opFor(ReduceOp op, DType dtype) const {
     if (isNarrowInteger(dtype) && op == ReduceOp::kSum) return wrappingSum_;
     if (isNarrowInteger(dtype) && op == ReduceOp::kProduct) return wrappingProduct_;
     return mpiOp(op, dtype);
-  }
-
-  // Open MPI's non-blocking allreduce (libnbc) takes about twice as long as its blocking one for
-  // large buffers (2 ranks, 16 MiB: 10.3 ms against 4.5 ms), so from this size on hora runs its
-  // own ring over non-blocking point-to-point: a reduce-scatter, then an allgather, each segment
-  // reduced with hora's kernels. Every rank ends with the same bits (each segment is reduced
-  // once, on one rank, and copied to the others).
-  static constexpr int64_t kRingMinBytes = 16 * 1024;
-
-  void ringAllreduce(const void *in, void *out, int64_t count, DType dtype, ReduceOp op) {
-    const int64_t esize = static_cast<int64_t>(dtypeSize(dtype));
-    char *o = static_cast<char *>(out);
-    if (in != out) copyBytes(o, in, static_cast<size_t>(count * esize));
-    std::vector<int64_t> start(static_cast<size_t>(size_) + 1);
-    int64_t widest = 0;
-    for (int r = 0; r <= size_; ++r) start[static_cast<size_t>(r)] = count * r / size_;
-    for (int r = 0; r < size_; ++r) widest = std::max(widest, start[r + 1] - start[r]);
-    scratch_.resize(static_cast<size_t>(widest * esize));
-    auto at = [&](int seg) { return o + start[static_cast<size_t>(seg)] * esize; };
-    auto bytes = [&](int seg) { return (start[static_cast<size_t>(seg) + 1] - start[static_cast<size_t>(seg)]) * esize; };
-    const int n = size_;
-    // Reduce-scatter: in step s, pass segment rank-s on and fold segment rank-s-1 in; after n-1
-    // steps this rank holds segment rank+1 reduced over every rank.
-    for (int s = 0; s < n - 1; ++s) {
-      const int give = (rank_ - s + n) % n, take = (rank_ - s - 1 + 2 * n) % n;
-      exchange(at(give), bytes(give), scratch_.data(), bytes(take));
-      reduceInto(at(take), scratch_.data(), bytes(take) / esize, dtype, op);
-    }
-    // Allgather: pass the reduced segments round the ring, straight into place.
-    for (int s = 0; s < n - 1; ++s) {
-      const int give = (rank_ + 1 - s + n) % n, take = (rank_ - s + n) % n;
-      exchange(at(give), bytes(give), at(take), bytes(take));
-    }
-  }
-
-  // Sends to the next rank and receives from the previous one, in chunks MPI's int counts hold.
-  void exchange(const char *send, int64_t sendBytes, char *recv, int64_t recvBytes) {
-    const int right = (rank_ + 1) % size_, left = (rank_ - 1 + size_) % size_;
-    for (int64_t off = 0; off < std::max(sendBytes, recvBytes); off += kMaxChunk) {
-      const int s = static_cast<int>(std::max<int64_t>(0, std::min(kMaxChunk, sendBytes - off)));
-      const int r = static_cast<int>(std::max<int64_t>(0, std::min(kMaxChunk, recvBytes - off)));
-      MPI_Request reqs[2];
-      HORA_CHECK_MPI(MPI_Irecv(recv + std::min(off, recvBytes), r, MPI_BYTE, left, kRingTag, comm_, &reqs[0]));
-      HORA_CHECK_MPI(MPI_Isend(send + std::min(off, sendBytes), s, MPI_BYTE, right, kRingTag, comm_, &reqs[1]));
-      wait(reqs, 2, "allreduce");
-    }
   }
 
   // Waits with the deadline; the plane is broken after a timeout (see waitMpi).
@@ -298,12 +294,10 @@ class MpiBackend final : public Backend {
     return true;
   }
 
-  static constexpr int kRingTag = 1;  // the large-count alltoall's exchanges use tag 0
   MPI_Comm comm_;
   double timeoutS_;
   MPI_Op wrappingSum_ = MPI_OP_NULL;  // for isNarrowInteger dtypes
   MPI_Op wrappingProduct_ = MPI_OP_NULL;
-  std::vector<char> scratch_;  // the ring's incoming segment
   std::vector<uint8_t> bools_;  // a bool reducescatter's input as 0/1 bytes
   int rank_ = 0;
   int size_ = 1;
@@ -312,7 +306,7 @@ class MpiBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> createMpiBackend(MPI_Comm comm, const Knobs &knobs) {
-  return std::make_unique<MpiBackend>(comm, knobs.timeoutS);
+  return std::make_unique<MpiBackend>(comm, knobs);
 }
 
 }  // namespace hora

@@ -281,9 +281,12 @@ void authenticateGlooPairs(const std::shared_ptr<gloo::Context> &context, const 
 
 void throwGlooError(const char *what, int rank, const std::exception &e, const char *file,
                     int line) {
-  const std::string text = e.what();
+  const auto *mesh = dynamic_cast<const MeshError *>(&e);
+  const std::string text = mesh != nullptr ? mesh->message() : e.what();
   hora_status_t status = HORA_ERR_BACKEND;
-  if (contains(text, "Timed out") || contains(text, "timed out") || contains(text, "Timeout") ||
+  if (mesh != nullptr) {
+    status = mesh->status();  // the mesh's own transfers say what failed
+  } else if (contains(text, "Timed out") || contains(text, "timed out") || contains(text, "Timeout") ||
       contains(text, "timeout")) {
     status = HORA_ERR_TIMEOUT;
   } else if (contains(text, "closed") || contains(text, "reset") || contains(text, "Broken pipe") ||
@@ -405,18 +408,21 @@ void GlooMesh::fail(int peer, const char *what, int error) const {
   interrupted_.check();  // a shut-down socket fails as a lost peer would: say why instead
   const std::string &name = peerNames_[static_cast<size_t>(peer)];
   if (error == 0) {
-    throw std::runtime_error(detail::concat("Connection closed by peer ", name, " (rank ", peer,
-                                            ") while ", what));
+    throw MeshError(HORA_ERR_PEER_LOST, detail::concat("Connection closed by peer ", name, " (rank ",
+                                                       peer, ") while ", what));
   }
-  throw std::runtime_error(
-      detail::concat(what, " rank ", peer, " ", name, ": ", std::strerror(error),
-                     error == EPIPE || error == ECONNRESET ? " (connection reset)" : ""));
+  const bool lost = error == EPIPE || error == ECONNRESET || error == ECONNREFUSED;
+  throw MeshError(lost                   ? HORA_ERR_PEER_LOST
+                  : error == ETIMEDOUT   ? HORA_ERR_TIMEOUT
+                                         : HORA_ERR_BACKEND,
+                  detail::concat(what, " rank ", peer, " ", name, ": ", std::strerror(error),
+                                 error == EPIPE || error == ECONNRESET ? " (connection reset)" : ""));
 }
 
 Link::Ticket GlooMesh::post(int peer, bool send, void *data, size_t bytes) {
   interrupted_.check();
   if (outOfStep_) {
-    throw std::runtime_error("the gloo mesh is out of step after a failed collective");
+    throw MeshError(HORA_ERR_BACKEND, "the gloo mesh is out of step after a failed collective");
   }
   Queue &queue = (send ? sends_ : recvs_)[static_cast<size_t>(peer)];
   queue.pending.push_back({static_cast<uint8_t *>(data), bytes, 0});
@@ -553,14 +559,14 @@ void GlooMesh::await(int peer, Deadline &deadline, bool brief) {
                           deadline.at - std::chrono::steady_clock::now())
                           .count();
     if (left <= 0) {
-      throw std::runtime_error(detail::concat("Timed out after ", timeoutMs_,
-                                              " ms waiting for rank ", peer, " ",
-                                              peerNames_[static_cast<size_t>(peer)]));
+      throw MeshError(HORA_ERR_TIMEOUT, detail::concat("Timed out after ", timeoutMs_,
+                                                       " ms waiting for rank ", peer, " ",
+                                                       peerNames_[static_cast<size_t>(peer)]));
     }
     waitMs = static_cast<int>(std::min<int64_t>(left + 1, 1 << 30));
   }
   if (poll(fds.data(), count, waitMs) < 0 && errno != EINTR) {
-    throw std::runtime_error(detail::concat("poll: ", std::strerror(errno)));
+    throw MeshError(HORA_ERR_BACKEND, detail::concat("poll: ", std::strerror(errno)));
   }
 }
 

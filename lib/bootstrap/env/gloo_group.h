@@ -99,8 +99,8 @@ class GlooMesh final : public Link {
   // `peer` (the one waited for). `brief`: a small message whose reply is due, so look for it
   // for spinUs_ (yielding the core between looks) before sleeping in poll.
   void await(int peer, Deadline &deadline, bool brief);
-  // Throws the error of a transfer with `peer` (error 0: the peer closed the connection) in
-  // words glooCall classifies as Gloo's own.
+  // Throws the error of a transfer with `peer` (error 0: the peer closed the connection): a
+  // MeshError with its status, which glooCall completes with the collective and the peer.
   [[noreturn]] void fail(int peer, const char *what, int error) const;
 
   std::shared_ptr<gloo::Context> context_;

@@ -35,7 +35,7 @@ class LinkControlPlane final : public ControlPlane {
 
 // A plane that is a link: each collective picks its algorithm by the tables (HORA_ALGORITHM may
 // force one) and says which it ran (lastAlgorithm). A plane derives from it only to keep what
-// its link needs alive or to add a bell.
+// its link needs alive, to add a bell, or (MPI) to hand some calls to its own library.
 class LinkBackend : public Backend {
  public:
   // `negotiates`: negotiation runs on the link too (negotiationPlane), where the group's own
@@ -58,6 +58,9 @@ class LinkBackend : public Backend {
 
  protected:
   Link &link() { return *link_; }
+  // A collective the subclass ran by other means (MPI's library): lastAlgorithm() says
+  // `algorithm` (static text).
+  void ranOwn(const char *algorithm) { last_ = algorithm; }
 
  private:
   // Runs one collective under the link's drive lock and failure words.
