@@ -62,7 +62,10 @@ struct Candidate {
   const char *note;
   bool link;  // PlaneInfo::link
   // Returns the backend, or nullptr with *why set.
-  std::function<std::unique_ptr<Backend>(const Knobs &, Bootstrap &, Group &, std::string *why)> make;
+  // `named`: HORA_CPU_BACKEND asked for this plane (else `auto` is trying it).
+  std::function<std::unique_ptr<Backend>(const Knobs &, bool named, Bootstrap &, Group &,
+                                         std::string *why)>
+      make;
   std::string (*describe)() = nullptr;  // PlaneInfo::describe
 };
 
@@ -70,7 +73,7 @@ struct Candidate {
 // that has every plane.
 [[maybe_unused]] Candidate notBuilt(const char *name, const char *why) {
   return {name, false, true, "", false,
-          [why](const Knobs &, Bootstrap &, Group &, std::string *out) -> std::unique_ptr<Backend> {
+          [why](const Knobs &, bool, Bootstrap &, Group &, std::string *out) -> std::unique_ptr<Backend> {
             *out = why;
             return nullptr;
           }};
@@ -82,8 +85,8 @@ const std::vector<Candidate> &candidates() {
       // By default for worlds that span hosts, whoever formed them (under mpirun too: across
       // hosts it was faster than Open MPI's own TCP transport, docs/ucx.md); anywhere when asked.
       {"ucx", true, true, "", /*link=*/true,
-       [](const Knobs &knobs, Bootstrap &b, Group &g, std::string *why) -> std::unique_ptr<Backend> {
-         if (knobs.cpuBackend != "ucx") {  // auto
+       [](const Knobs &knobs, bool named, Bootstrap &b, Group &g, std::string *why) -> std::unique_ptr<Backend> {
+         if (!named) {
            if (b.topology().localSize == b.topology().size) {
              *why = "every rank is on one host";
              return nullptr;
@@ -94,7 +97,7 @@ const std::vector<Candidate> &candidates() {
          } catch (const Error &e) {
            // Every rank learns of a failure to start together (UcxComm agrees on it before
            // connecting), so every rank falls back alike.
-           if (knobs.cpuBackend == "ucx" || e.status() != HORA_ERR_BACKEND) throw;
+           if (named || e.status() != HORA_ERR_BACKEND) throw;
            *why = e.what();
            HORA_LOG(kWarning) << "UCX plane unavailable, using the next: " << e.what();
            return nullptr;
@@ -106,7 +109,7 @@ const std::vector<Candidate> &candidates() {
 #endif
 #if HORA_HAVE_MPI
       {"mpi", true, true, "", /*link=*/false,
-       [](const Knobs &knobs, Bootstrap &, Group &g, std::string *why) -> std::unique_ptr<Backend> {
+       [](const Knobs &knobs, bool, Bootstrap &, Group &g, std::string *why) -> std::unique_ptr<Backend> {
          auto *mpi = dynamic_cast<MpiGroup *>(&g);
          if (mpi == nullptr) {
            *why = "the world was not formed by MPI";
@@ -119,8 +122,8 @@ const std::vector<Candidate> &candidates() {
 #endif
 #if HORA_HAVE_GLOO
       {"gloo", true, true, "", /*link=*/true,
-       [](const Knobs &knobs, Bootstrap &, Group &g, std::string *why) -> std::unique_ptr<Backend> {
-         if (dynamic_cast<GlooGroup *>(&g) == nullptr && knobs.cpuBackend != "gloo") {
+       [](const Knobs &knobs, bool named, Bootstrap &, Group &g, std::string *why) -> std::unique_ptr<Backend> {
+         if (dynamic_cast<GlooGroup *>(&g) == nullptr && !named) {
            *why = "the world was formed by MPI (HORA_CPU_BACKEND=gloo selects Gloo anyway)";
            return nullptr;
          }
@@ -130,7 +133,7 @@ const std::vector<Candidate> &candidates() {
       notBuilt("gloo", "this build has no Gloo (meson option gloo; Debian package libgloo-dev)"),
 #endif
       {"self", true, false, "world of one", /*link=*/false,
-       [](const Knobs &, Bootstrap &, Group &g, std::string *why) -> std::unique_ptr<Backend> {
+       [](const Knobs &, bool, Bootstrap &, Group &g, std::string *why) -> std::unique_ptr<Backend> {
          if (g.size() != 1) {
            *why = "only serves a world of one";
            return nullptr;
@@ -157,19 +160,20 @@ void checkPlaneName(const std::string &name) {
              missing.empty() ? "" : detail::concat(" (known but not built: ", missing, ")"));
 }
 
-// A plane for `group`: the first candidate that can serve it (HORA_CPU_BACKEND's, or the first in
-// order), with the shared segment's allreduce in front where every rank is on one host.
-std::unique_ptr<Backend> createPlane(const Knobs &knobs, Bootstrap &bootstrap, Group &group) {
+// A plane for `group`: the first candidate that can serve it (`plane`, a name or "auto": the first
+// in order), with the shared segment's allreduce in front where every rank is on one host.
+std::unique_ptr<Backend> createPlane(const Knobs &knobs, const std::string &plane, Bootstrap &bootstrap,
+                                     Group &group) {
   std::string tried;
   for (const Candidate &c : candidates()) {
-    if (knobs.cpuBackend != "auto" && knobs.cpuBackend != c.name &&
-        !(std::string(c.name) == "self" && group.size() == 1)) {
+    const bool named = plane == c.name;
+    if (plane != "auto" && !named && !(std::string(c.name) == "self" && group.size() == 1)) {
       continue;
     }
     std::string why;
     std::unique_ptr<Backend> backend;
     formingPhase(group, detail::concat("starting the ", c.name, " data plane"),
-                 [&] { backend = c.make(knobs, bootstrap, group, &why); });
+                 [&] { backend = c.make(knobs, named, bootstrap, group, &why); });
     if (backend) {
       if (group.size() == 1) return backend;
       backend = wrapWithShm(std::move(backend), group, knobs, &why);
@@ -182,7 +186,7 @@ std::unique_ptr<Backend> createPlane(const Knobs &knobs, Bootstrap &bootstrap, G
   }
   HORA_THROW(HORA_ERR_UNSUPPORTED, "no CPU backend can serve a group of ", group.size(),
              " ranks in a world formed by ", bootstrap.launcher(),
-             " (HORA_CPU_BACKEND=", knobs.cpuBackend, "): ", tried);
+             " (HORA_CPU_BACKEND=", plane, "): ", tried);
 }
 
 }  // namespace
@@ -197,17 +201,16 @@ std::vector<PlaneInfo> cpuPlanes() {
 
 std::unique_ptr<Backend> createCpuBackend(const Knobs &knobs, Bootstrap &bootstrap, Group &group) {
   checkPlaneName(knobs.cpuBackend);
-  std::unique_ptr<Backend> backend = createPlane(knobs, bootstrap, group);
+  std::unique_ptr<Backend> backend = createPlane(knobs, knobs.cpuBackend, bootstrap, group);
   if (group.size() == 1 || backend->caps().scope == BackendCaps::Scope::kOneHost) return backend;
   // Every rank got the same answer above (wrapWithShm agrees on it), so all try this too. The
   // hierarchy's own planes: inside a host hora's own choice whatever HORA_CPU_BACKEND says (that
-  // knob is about the network; UCX, where built, then picks its shared-memory transports), flat;
-  // across hosts the set's choice.
-  Knobs inside = knobs;
-  inside.cpuBackend = "auto";
-  inside.hierarchical = "off";
+  // knob is about the network); across hosts the set's choice. Each is a plane alone, with no
+  // hierarchy of its own; the knobs are the set's, unedited (a link's topology rules find one
+  // host, or one rank a host, and do not apply).
   const MakeHierPlane makePlane = [&](HierPlane which, Group &g) {
-    return createPlane(which == HierPlane::kInsideHost ? inside : knobs, bootstrap, g);
+    return createPlane(knobs, which == HierPlane::kInsideHost ? "auto" : knobs.cpuBackend,
+                       bootstrap, g);
   };
   std::string flat;
   formingPhase(group, "forming the hierarchy's groups (one host; one rank per host)", [&] {
