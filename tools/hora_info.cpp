@@ -182,7 +182,7 @@ int main(int argc, char **argv) {
   // The algorithm tables of the planes that are links, in the order their size rules are tried.
   std::string links;
   for (const hora::PlaneInfo &p : hora::cpuPlanes()) {
-    if (p.link) links += (links.empty() ? "" : " and ") + p.name;
+    if (p.link) links += (links.empty() ? "" : ", ") + p.name;
   }
   std::printf("algorithms of the %s planes (first whose rule holds; HORA_ALGORITHM=%s):\n",
               links.c_str(), current.algorithm.empty() ? "unset" : current.algorithm.c_str());

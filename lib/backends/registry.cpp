@@ -108,7 +108,7 @@ const std::vector<Candidate> &candidates() {
       notBuilt("ucx", "this build has no UCX (meson option ucx; Debian package libucx-dev)"),
 #endif
 #if HORA_HAVE_MPI
-      {"mpi", true, true, "", /*link=*/false,
+      {"mpi", true, true, "", /*link=*/true,  // for the calls it does not hand to MPI's own
        [](const Knobs &knobs, bool, Bootstrap &, Group &g, std::string *why) -> std::unique_ptr<Backend> {
          auto *mpi = dynamic_cast<MpiGroup *>(&g);
          if (mpi == nullptr) {

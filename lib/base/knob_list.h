@@ -65,8 +65,8 @@ HORA_KNOB("HORA_UCX_CHUNK_KB", int64_t, ucxChunkKiB, 256, "256",
 // The Gloo and UCX planes: "allreduce=ring,..." forces algorithms of the tables
 // (lib/core/collectives/algorithms.h); "" = each table's size rules.
 HORA_KNOB("HORA_ALGORITHM", std::string, algorithm, "", "",
-          "planes that are links (Gloo, UCX; `hora-info` names them): force algorithms, "
-          "`COLLECTIVE=NAME,...` (e.g. `allreduce=ring`); "
+          "planes that are links (`hora-info` names them; on MPI, the calls it does not hand to "
+          "MPI's own collectives): force algorithms, `COLLECTIVE=NAME,...` (e.g. `allreduce=ring`); "
           "a forced one runs wherever it can, else the table's size rule picks. `hora-info` lists "
           "the tables (allreduce, reducescatter, broadcast, allgatherv, alltoallv)",
           check(isAlgorithmList(text), why,

@@ -31,18 +31,18 @@ bool small(const Link &link, const Call &call) { return call.bytes <= link.tunin
 bool concurrent(const Link &link, const Call &) { return link.tuning().concurrentPeers; }
 
 const std::vector<Algorithm> kAllreduce = {
-    {"host_aware", "small, across several hosts with two ranks or more on some (ucx, by host)",
+    {"host_aware", "small, across several hosts with two ranks or more on some (a link that knows hosts)",
      [](const Link &link, const Call &) { return hostAwareFits(link); },
      [](const Link &link, const Call &call) {
        return link.tuning().topologyAware && small(link, call) && hostAwareFits(link);
      },
      hostAwareAllreduce},
-    {"direct", "(size-1) x bytes up to the plane's direct limit (ucx: HORA_UCX_DIRECT_KB)", always,
+    {"direct", "(size-1) x bytes up to the link's direct limit", always,
      [](const Link &link, const Call &call) {
        return call.bytes * static_cast<size_t>(link.size() - 1) <= link.tuning().directBytes;
      },
      directAllreduce},
-    {"recursive_doubling", "small (gloo: 64 KiB, ucx: HORA_UCX_SMALL_KB), or fewer elements than ranks", always,
+    {"recursive_doubling", "small (up to the link's small limit), or fewer elements than ranks", always,
      [](const Link &link, const Call &call) { return small(link, call) || call.count < link.size(); },
      recursiveDoubling},
     {"hierarchical_ring", "large, across hosts with the same number of ranks each",
