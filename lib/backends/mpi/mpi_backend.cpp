@@ -9,8 +9,9 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <deque>
 #include <memory>
-#include <unordered_map>
+#include <vector>
 
 #include "base/knobs.h"
 #include "bootstrap/mpi/mpi_bootstrap.h"
@@ -84,9 +85,12 @@ class MpiLink final : public Link {
   MpiLink(MPI_Comm comm, double timeoutS) : comm_(comm), timeoutS_(timeoutS) {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
-    // A ring's chunk: large enough that MPI's per-message cost is small beside its copy, small
-    // enough that the reduction of one chunk overlaps the arrival of the next.
-    tuning_.chunkBytes = 256 << 10;
+    // MPI moves bytes only inside its calls (no progress thread): a chunk that arrives while
+    // this rank reduces the one before waits for the next wait, so pipelining in chunks only adds
+    // messages. The ring moves whole blocks, as one message each (up to kPiece), and the tables
+    // take the ring from the first size they are asked (16 KiB; smaller ones are MPI's own).
+    tuning_.smallBytes = 0;
+    tuning_.chunkBytes = kPiece;
     tuning_.concurrentPeers = true;
   }
 
@@ -104,19 +108,16 @@ class MpiLink final : public Link {
   // waitMpi's deadline and broken-plane rules: a timeout or a lost peer breaks the MPI plane of
   // this process, which then makes no MPI call again, so no dropped transfer can move after.
   void wait(Ticket ticket) override {
-    auto it = pending_.find(ticket);
-    if (it == pending_.end()) return;
-    waitMpi(it->second.data(), static_cast<int>(it->second.size()), timeoutS_, "mpi transfer",
-            nullptr, MpiWait::kBusy);
-    pending_.erase(it);
+    Entry *e = find(ticket);
+    if (e == nullptr) return;
+    waitMpi(e->requests(), e->count(), timeoutS_, "mpi transfer", nullptr, MpiWait::kBusy);
+    forget(ticket);
   }
   void drop(Ticket ticket) override {
-    auto it = pending_.find(ticket);
-    if (it == pending_.end()) return;
     // MPI cannot take back a posted send. The collective failed (a timeout, a lost peer, the
     // set's abort), and the engine then poisons the group, which breaks the MPI plane of this
     // process: no MPI call follows that could move the transfer (MpiCommGroup::poison).
-    pending_.erase(it);
+    forget(ticket);
   }
   // MPI's waits check the process's MPI interrupt and fault notices themselves (waitMpi).
   void interrupt(const Status &) override {}
@@ -124,8 +125,17 @@ class MpiLink final : public Link {
  private:
   static constexpr size_t kPiece = size_t{1} << 30;  // bytes per MPI message
 
+  // A posted message: one MPI request, or several past kPiece bytes.
+  struct Entry {
+    MPI_Request first = MPI_REQUEST_NULL;
+    std::vector<MPI_Request> more;  // with `first` at [0], past kPiece
+    bool done = false;
+    MPI_Request *requests() { return more.empty() ? &first : more.data(); }
+    int count() const { return more.empty() ? 1 : static_cast<int>(more.size()); }
+  };
+
   Ticket post(int peer, void *data, size_t bytes, bool send) {
-    std::vector<MPI_Request> &requests = pending_[next_];
+    Entry &e = entries_.emplace_back();
     for (size_t off = 0; off == 0 || off < bytes; off += kPiece) {
       const int n = static_cast<int>(std::min(kPiece, bytes - off));
       char *at = static_cast<char *>(data) + off;
@@ -135,9 +145,27 @@ class MpiLink final : public Link {
       } else {
         HORA_CHECK_MPI(MPI_Irecv(at, n, MPI_BYTE, peer, kTag, comm_, &r));
       }
-      requests.push_back(r);
+      if (off == 0) {
+        e.first = r;
+      } else {
+        if (e.more.empty()) e.more.push_back(e.first);
+        e.more.push_back(r);
+      }
     }
-    return next_++;
+    return base_ + entries_.size() - 1;
+  }
+  // Tickets count up from base_, the oldest that has not completed; entries_[t - base_].
+  Entry *find(Ticket ticket) {
+    if (ticket < base_ || ticket - base_ >= entries_.size()) return nullptr;
+    Entry &e = entries_[ticket - base_];
+    return e.done ? nullptr : &e;
+  }
+  void forget(Ticket ticket) {
+    entries_[ticket - base_].done = true;
+    while (!entries_.empty() && entries_.front().done) {
+      entries_.pop_front();
+      ++base_;
+    }
   }
 
   static constexpr int kTag = 1;
@@ -145,8 +173,8 @@ class MpiLink final : public Link {
   double timeoutS_;
   int rank_ = 0, size_ = 1;
   LinkTuning tuning_;
-  std::unordered_map<Ticket, std::vector<MPI_Request>> pending_;
-  Ticket next_ = 1;
+  std::deque<Entry> entries_;
+  Ticket base_ = 1;
 };
 
 class MpiBackend final : public LinkBackend {
