@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Which bootstrap forms the world, decided from the environment in DESIGN.md's order.
+// Which bootstrap forms the world, decided from the environment in the documented order.
 #include "bootstrap/bootstrap.h"
 
 #include <cstdlib>

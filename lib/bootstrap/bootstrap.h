@@ -12,7 +12,7 @@
 
 namespace hora {
 
-// Forms the world from the environment (DESIGN.md: MPI launcher, then env://, then Slurm, else a
+// Forms the world from the environment (in this order: MPI launcher, then env://, then Slurm, else a
 // world of one; HORA_BOOTSTRAP overrides). Throws Error with a status and what was missing.
 std::unique_ptr<Bootstrap> createBootstrap(const Knobs &knobs);
 
