@@ -733,17 +733,19 @@ hora_status_t hora_reject(const char *op, const char *name, int32_t process_set,
     // The names the ops' own error messages use: the op table's, of the ops with tensors; a
     // grouped allreduce negotiates as an allreduce.
     std::optional<OpType> found;
-    std::string names;
-    for (int i = 0; i < kNumOpTypes; ++i) {
-      const OpSpec &spec = opSpec(static_cast<OpType>(i));
-      if (!spec.carriesTensors) continue;
-      names += detail::concat(names.empty() ? "" : ", ", spec.name);
-      if (std::strcmp(spec.name, op) == 0) found = spec.op;
-    }
     if (std::strcmp(op, "grouped_allreduce") == 0) found = OpType::kAllreduce;
+    for (int i = 0; i < kNumOpTypes && !found; ++i) {
+      const OpSpec &spec = opSpec(static_cast<OpType>(i));
+      if (spec.carriesTensors && std::strcmp(spec.name, op) == 0) found = spec.op;
+    }
     if (!found) {
+      std::string names;
+      for (int i = 0; i < kNumOpTypes; ++i) {
+        const OpSpec &spec = opSpec(static_cast<OpType>(i));
+        if (spec.carriesTensors) names += detail::concat(spec.name, ", ");
+      }
       HORA_THROW(HORA_ERR_INVALID_ARGUMENT, "hora_reject: op '", std::string(op, strnlen(op, 64)),
-                 "' is not one of ", names, ", grouped_allreduce");
+                 "' is not one of ", names, "grouped_allreduce");
     }
     OpCall call = makeCall(*engine, *found,
                          name != nullptr && name[0] == '\0' ? nullptr : name, process_set);

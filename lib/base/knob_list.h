@@ -62,7 +62,7 @@ HORA_KNOB("HORA_UCX_CHUNK_KB", int64_t, ucxChunkKiB, 256, "256",
           "UCX plane: the ring's and the broadcast chain's pipeline chunk, KiB",
           parseWhole(text, 1, 1 << 20, &knobs.ucxChunkKiB, why))
 
-// The Gloo and UCX planes: "allreduce=ring,..." forces algorithms of the tables
+// The planes that are links: "allreduce=ring,..." forces algorithms of the tables
 // (lib/core/collectives/algorithms.h); "" = each table's size rules.
 HORA_KNOB("HORA_ALGORITHM", std::string, algorithm, "", "",
           "planes that are links (`hora-info` names them; on MPI, the calls it does not hand to "

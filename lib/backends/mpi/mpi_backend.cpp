@@ -185,8 +185,6 @@ class MpiBackend final : public LinkBackend {
                     BackendCaps::plain(/*usesSockets=*/false, BackendCaps::Scope::kAnyHost), knobs,
                     /*negotiates=*/false),
         comm_(comm), timeoutS_(knobs.timeoutS) {
-    MPI_Comm_rank(comm_, &rank_);
-    MPI_Comm_size(comm_, &size_);
     HORA_CHECK_MPI(MPI_Op_create(&wrappingOp<ReduceOp::kSum>, /*commute=*/1, &wrappingSum_));
     HORA_CHECK_MPI(MPI_Op_create(&wrappingOp<ReduceOp::kProduct>, /*commute=*/1, &wrappingProduct_));
   }
@@ -203,7 +201,7 @@ class MpiBackend final : public LinkBackend {
   void allreduce(const void *in, void *out, int64_t count, DType dtype, ReduceOp op) override {
     throwIfMpiBroken();
     const size_t esize = dtypeSize(dtype);
-    if (size_ > 1 && count * static_cast<int64_t>(esize) >= kTablesFromBytes) {
+    if (link().size() > 1 && count * static_cast<int64_t>(esize) >= kTablesFromBytes) {
       LinkBackend::allreduce(in, out, count, dtype, op);
       return;
     }
@@ -244,8 +242,9 @@ class MpiBackend final : public LinkBackend {
     }
     // Send from the output slot so the input may alias nothing in particular.
     char *o = static_cast<char *>(out);
-    const int64_t mine = bytesPerRank[static_cast<size_t>(rank_)];
-    char *slot = o + displs[static_cast<size_t>(rank_)];
+    const auto me = static_cast<size_t>(link().rank());
+    const int64_t mine = bytesPerRank[me];
+    char *slot = o + displs[me];
     if (mine > 0 && slot != in) std::memmove(slot, in, static_cast<size_t>(mine));
     MPI_Request req;
     HORA_CHECK_MPI(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_BYTE, o, counts.data(), displs.data(),
@@ -327,8 +326,6 @@ class MpiBackend final : public LinkBackend {
   MPI_Op wrappingSum_ = MPI_OP_NULL;  // for isNarrowInteger dtypes
   MPI_Op wrappingProduct_ = MPI_OP_NULL;
   std::vector<uint8_t> bools_;  // a bool reducescatter's input as 0/1 bytes
-  int rank_ = 0;
-  int size_ = 1;
 };
 
 }  // namespace
