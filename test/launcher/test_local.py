@@ -7,9 +7,12 @@ import re
 import shlex
 import shutil
 import socket
+import subprocess
+import sys
+import textwrap
 import unittest
 
-from launcher_util import TempDirTest, clean_env, rank_cmd, run_horarun
+from launcher_util import TempDirTest, clean_env, horarun_module, rank_cmd, run_horarun
 
 
 class RankEnvironment(TempDirTest):
@@ -41,6 +44,9 @@ class RankEnvironment(TempDirTest):
         # The port was free: nobody listens on it now either.
         with socket.socket() as s:
             s.bind(("127.0.0.1", port))
+        # Below the kernel's ephemeral range, where no neighbour's bind(0) or connect lands.
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            self.assertLess(port, int(f.read().split()[0]))
 
     def test_launcher_variables_removed(self):
         outer = {
@@ -107,6 +113,69 @@ class RankEnvironment(TempDirTest):
             self.assertEqual(assigned["MASTER_ADDR"], "10.1.2.3")
             self.assertEqual(assigned["MASTER_PORT"], "29500")
             self.assertEqual(assigned["A"], "1")
+
+
+class PortPicks(unittest.TestCase):
+    """horarun_lib/ports.py: MASTER_PORT picks that no other job on the machine can take between
+    the pick and rank 0's bind, checked on a window of 6 ports."""
+
+    WINDOW = 6
+
+    def setUp(self):
+        self.ports = horarun_module("ports")
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            self.low = int(f.read().split()[0])
+        self.first = self.low - self.WINDOW  # the window: the 6 ports just below the range
+        self.addCleanup(setattr, self.ports, "PORT_LOW", self.ports.PORT_LOW)
+        self.ports.PORT_LOW = self.first
+
+    def picker(self, count):
+        """Another process that picks `count` ports in the window, prints them, holds them until
+        its stdin closes."""
+        script = textwrap.dedent("""
+            import sys
+            sys.path.insert(0, %r)
+            import ports
+            ports.PORT_LOW = %d
+            print(" ".join(str(ports.free_port("127.0.0.1")) for _ in range(%d)), flush=True)
+            sys.stdin.read()
+        """ % (os.path.dirname(self.ports.__file__), self.first, count))
+        proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
+        self.addCleanup(proc.stdout.close)
+        self.addCleanup(proc.wait)
+        self.addCleanup(proc.kill)  # cleanups run last-in first-out: kill, wait, close
+        return proc, [int(p) for p in proc.stdout.readline().split()]
+
+    def test_other_jobs_picks_are_never_handed_out(self):
+        window = set(range(self.first, self.low))
+        other, theirs = self.picker(4)
+        self.assertEqual(len(set(theirs)), 4, theirs)
+        self.assertTrue(set(theirs) <= window, theirs)
+        mine = [self.ports.free_port("127.0.0.1") for _ in range(2)]
+        self.assertEqual(set(mine), window - set(theirs), "the two ports the other job left")
+        # The window is used up: the kernel picks, in its own range.
+        self.assertGreaterEqual(self.ports.free_port("127.0.0.1"), self.low)
+        # The other job ends: its ports are free to pick again, by a new process (this one holds
+        # its own picks for its life and does not hand them out twice).
+        other.stdin.close()
+        other.wait(timeout=30)
+        _, again = self.picker(4)
+        self.assertEqual(set(again), set(theirs))
+
+    def test_a_port_someone_listens_on_is_skipped(self):
+        listeners = []
+        for port in range(self.first, self.low - 1):
+            s = socket.socket()
+            self.addCleanup(s.close)
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # taken already: skipped all the same
+            s.listen()
+            listeners.append(s)
+        _, picked = self.picker(1)
+        self.assertEqual(picked, [self.low - 1])
 
 
 class RankOutput(TempDirTest):

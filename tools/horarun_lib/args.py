@@ -42,7 +42,8 @@ DEFAULT_RDZV_PORT = 29400  # torchrun's
 EPILOG = """\
 local mode (no -H/--hostfile):
   Starts -np ranks on this machine, each in its own session, with the variables torchrun sets:
-  MASTER_ADDR (127.0.0.1), MASTER_PORT (a free port), RANK, WORLD_SIZE, LOCAL_RANK,
+  MASTER_ADDR (127.0.0.1), MASTER_PORT (a free port below the kernel's ephemeral range, reserved
+  against other jobs' picks in /run/lock/hora-ports), RANK, WORLD_SIZE, LOCAL_RANK,
   LOCAL_WORLD_SIZE, NODE_RANK, GROUP_RANK, and HORA_BOOTSTRAP=env. MPI launcher variables (OMPI_*,
   PMI_*, PMIX_*, ...) and Slurm task variables (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID,
   SLURM_STEP_*, ...) are removed so that an outer mpirun or srun does not confuse the bootstrap.
@@ -277,7 +278,8 @@ def build_parser():
     g.add_argument("--master-addr", "--master_addr", metavar="ADDR",
                    help="local mode: address of rank 0's store (default 127.0.0.1)")
     g.add_argument("--master-port", "--master_port", type=int, metavar="PORT",
-                   help="local mode: its port (default: a free port, chosen by the kernel)")
+                   help="local mode: its port (default: a free one below the kernel's ephemeral "
+                        "range, which no other job on this machine can take before rank 0 binds it)")
 
     g = p.add_argument_group("the program (torchrun's rules, see below)")
     g.add_argument("-m", "--module", action="store_true",

@@ -12,6 +12,8 @@ import signal
 import socket
 import sys
 
+from .ports import free_port  # noqa: F401  (re-exported: local.py and restart.py pick ports)
+
 # Variables that make hora_init() (and MPI or Slurm aware libraries) believe they were started by
 # an MPI launcher or by srun. An outer `mpirun -np 1 horarun ...` or `srun horarun ...` leaves them
 # in our environment; passed on, they would override HORA_BOOTSTRAP=env in every library that reads
@@ -100,18 +102,6 @@ def describe_exit(returncode):
 
 def plural(n, word):
     return "%d %s%s" % (n, word, "" if n == 1 else "s")
-
-
-def free_port(addr):
-    """A TCP port nobody listens on now. The kernel picks it; rank 0 binds it moments later."""
-    for host in (addr, "127.0.0.1"):
-        try:
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                s.bind((host, 0))
-                return s.getsockname()[1]
-        except OSError:
-            continue  # ADDR may be another machine's (--nnodes) or not an IPv4 literal
-    raise OSError("cannot bind any TCP port on 127.0.0.1")
 
 
 def is_launcher_var(name):

@@ -25,6 +25,8 @@ import re
 import socket
 import sys
 
+from . import _ports
+
 # Mirrors kMaxHosts in launch_config.cpp: an expansion bigger than any real allocation is a
 # malformed list, not a job.
 _MAX_HOSTS = 1 << 20
@@ -282,9 +284,8 @@ def torch_env_from_slurm(env):
 
 
 def _free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
+    """A port for rank 0's hora store, reserved against other jobs' picks (hora/_ports.py)."""
+    return _ports.free_port("")
 
 
 _rendezvous_count = 0  # rendezvous agreed through torch's store, the same count on every rank

@@ -23,11 +23,12 @@ import pickle
 import secrets
 import selectors
 import signal
-import socket
 import sys
 import threading
 import time
 import traceback
+
+from . import _ports
 
 __all__ = ["run", "RunError", "RunTimeoutError"]
 
@@ -59,9 +60,8 @@ class RunTimeoutError(RunError, TimeoutError):
 
 
 def _free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port for the ranks' store, reserved against other jobs' picks (hora/_ports.py)."""
+    return _ports.free_port("127.0.0.1")
 
 
 def _rank_environment(rank, size, port, token, extra):
