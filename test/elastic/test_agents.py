@@ -11,7 +11,6 @@ hora-cluster --check says no cluster can be built here (no CAP_NET_ADMIN)."""
 
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -19,6 +18,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from picked_port import free_port  # noqa: E402
 from time_scale import scaled  # noqa: E402
 
 HORARUN = os.environ.get("HORARUN", "")
@@ -129,12 +129,6 @@ class LateAgent(AgentTest):
                       "round); forming a new round", err)
         self.assertEqual(sorted([out.strip(), second.stdout.strip()]),
                          ["0/2 restarts=0", "1/2 restarts=0"])
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Forming(AgentTest):

@@ -18,6 +18,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "common"))
+from picked_port import free_port  # noqa: E402  (beside other tests: safe)
 from time_scale import scaled  # noqa: E402
 
 GROUP, PROGRAM, MPIEXEC, HORARUN = (sys.argv[1:5] + [""] * 4)[:4]
@@ -32,16 +33,6 @@ LINE = r"^(?:\[\d+\] )?"  # a line of a rank's, as horarun prefixes it or not
 MPIRUN_FLAGS = ["--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
                 "--mca", "pml", "ob1", "--mca", "btl", "self,vader",
                 "--mca", "btl_vader_single_copy_mechanism", "none"]
-
-
-def free_port():
-    """horarun's own pick (tools/horarun_lib/ports.py): no neighbour can take it before rank 0
-    binds it, so this test may run beside others."""
-    lib = os.path.join(os.path.dirname(os.path.realpath(HORARUN)), "horarun_lib")
-    if lib not in sys.path:
-        sys.path.insert(0, lib)
-    import ports  # pylint: disable=import-outside-toplevel
-    return ports.free_port("127.0.0.1")
 
 
 def base_env(extra):

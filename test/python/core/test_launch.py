@@ -4,7 +4,6 @@ lib/bootstrap/env/launch_config.cpp reads them (the cases of test/unit/test_laun
 same values, same messages), torch's env:// variables filled from them, which bootstrap
 hora_init() would take, and where hora's store goes beside torch's. No ranks are started."""
 
-import socket
 import sys
 
 import pytest
@@ -184,9 +183,7 @@ def test_plan_borrows_torchs_store():
     """torch loaded, no group yet: hora opens torch's env:// store on MASTER_PORT (a world of one
     here) and agrees its own port through it; torch's group can then open it afresh."""
     dist = pytest.importorskip("torch.distributed")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = _launch._ports.free_port("127.0.0.1")  # pylint: disable=protected-access
     env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": "0", "WORLD_SIZE": "1"}
     plan = _launch.init_plan(env)
     assert plan.borrowed is not None and set(plan.wanted) == {"MASTER_PORT"}
