@@ -57,6 +57,15 @@ fi
 here=$(cd "$(dirname "$0")" && pwd)
 cmake -S "$here/consumer" -B "$stage/consumer" -DCMAKE_PREFIX_PATH="$root" >"$stage/cmake.log" 2>&1 ||
   { cat "$stage/cmake.log" >&2; fail "find_package(hora) failed"; }
+# The version check: 1.0 (another major version) and 0.99 (newer than this one) are refused.
+for want in 1.0 0.99; do
+  if cmake -S "$here/consumer" -B "$stage/consumer-$want" -DCMAKE_PREFIX_PATH="$root" \
+      -DHORA_WANT="$want" >"$stage/cmake-$want.log" 2>&1; then
+    fail "find_package(hora $want) accepted $version"
+  fi
+  grep -q 'horaConfig.cmake, version: ' "$stage/cmake-$want.log" ||
+    { cat "$stage/cmake-$want.log" >&2; fail "find_package(hora $want) failed without naming the version found"; }
+done
 cmake --build "$stage/consumer" >"$stage/build.log" 2>&1 ||
   { cat "$stage/build.log" >&2; fail "the consumer did not build against hora::hora"; }
 env -u MASTER_ADDR -u RANK -u WORLD_SIZE -u OMPI_COMM_WORLD_SIZE LD_LIBRARY_PATH="$lib" \
