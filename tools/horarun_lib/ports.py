@@ -5,7 +5,9 @@ horarun picks MASTER_PORT with it; the hora Python package (hora.run, hora.distr
 copy of this file as hora/_ports.py (bindings/python/hora/meson.build). Only the standard library.
 """
 
+import fcntl
 import os
+import random
 import socket
 
 # Ports handed out: below the kernel's ephemeral range, where no bind(port 0) and no
@@ -58,8 +60,6 @@ def free_port(addr):
     picked at random from PORT_LOW up to the ephemeral range (torch's default 29500-29509 left
     alone) and reserved for this process's life (PORT_LOCKS). Where that range is empty or taken,
     the kernel picks (bind to port 0)."""
-    import fcntl
-    import random
     # ADDR may be another machine's (--nnodes) or not an IPv4 literal.
     host = next((h for h in (addr, "127.0.0.1") if _bindable(h, 0)), None)
     if host is None:
